@@ -1,0 +1,1 @@
+"""Lowest layer: errors, clocks, atomic file writes, invariants. Imports nothing from orbitmq."""

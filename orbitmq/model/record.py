@@ -1,0 +1,237 @@
+"""The stored-message record layout (CommitLog record = pull/query/view body element), v1 magic.
+
+ off  size  field
+   0     4  TOTALSIZE         int, whole record
+   4     4  MAGICCODE         0xDAA320A7
+   8     4  BODYCRC           zlib crc32(body) & 0x7FFFFFFF
+  12     4  QUEUEID
+  16     4  FLAG
+  20     8  QUEUEOFFSET       patched by the store at append
+  28     8  PHYSICALOFFSET    patched by the store at append
+  36     4  SYSFLAG           bit 0x10: born host IPv6, 0x20: store host IPv6
+  40     8  BORNTIMESTAMP
+  48   8|20 BORNHOST          address + int port
+   s     8  STORETIMESTAMP    patched by the store at append (s = 56 or 68)
+ s+8 8|20  STOREHOST
+   .     4  RECONSUMETIMES
+   .     8  PREPARED TRANSACTION OFFSET
+   .   4+n  BODY              int length + bytes
+   .   1+t  TOPIC             signed byte length + UTF-8
+   .   2+p  PROPERTIES        short length + UTF-8
+Pure functions only: no I/O.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import zlib
+from collections.abc import Iterator
+
+from orbitmq.base.errors import CorruptionError
+from orbitmq.model.message import MessageExt
+from orbitmq.model.properties import decode_properties
+
+MAGIC_V1 = -626843481  # 0xDAA320A7
+MAGIC_V2 = -626843477  # 0xDAA320AB (5.x, 2-byte topic length)
+BLANK_MAGIC = -875286124  # 0xCBD43194
+BORNHOST_V6_FLAG = 0x10
+STOREHOST_V6_FLAG = 0x20
+
+POS_TOTAL_SIZE = 0
+POS_MAGIC = 4
+POS_BODY_CRC = 8
+POS_QUEUE_ID = 12
+POS_FLAG = 16
+POS_QUEUE_OFFSET = 20
+POS_PHYS_OFFSET = 28
+POS_SYS_FLAG = 36
+POS_BORN_TIMESTAMP = 40
+POS_BORN_HOST = 48
+
+_HEAD = struct.Struct(">iiiiiqqiq")  # 48 bytes: size..born timestamp
+_I = struct.Struct(">i")
+_Q = struct.Struct(">q")
+_H = struct.Struct(">h")
+_TAIL = struct.Struct(">iqi")  # reconsume times, prepared tx offset, body length
+_HOST4 = struct.Struct(">4si")
+_HOST6 = struct.Struct(">16si")
+_SIZE_MAGIC = struct.Struct(">ii")
+
+assert _HEAD.size == 48 and _TAIL.size == 16
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def pack_host(host: str, port: int) -> bytes:
+    """4-byte (IPv4) or 16-byte (IPv6) address followed by an int port."""
+    addr = ipaddress.ip_address(host.strip("[]")).packed
+    return addr + _I.pack(port)
+
+
+def pack_host_port(host_port: str) -> bytes:
+    host, _, port = host_port.rpartition(":")
+    return pack_host(host, int(port))
+
+
+def unpack_host(raw: bytes | memoryview) -> str:
+    if len(raw) == 8:
+        return f"{ipaddress.IPv4Address(bytes(raw[:4]))}:{_I.unpack_from(raw, 4)[0]}"
+    return f"[{ipaddress.IPv6Address(bytes(raw[:16]))}]:{_I.unpack_from(raw, 16)[0]}"
+
+
+def record_size(body_len: int, topic_len: int, props_len: int, born_host_len: int = 8, store_host_len: int = 8) -> int:
+    return 48 + born_host_len + 8 + store_host_len + 16 + body_len + 1 + topic_len + 2 + props_len
+
+
+def encode_record(
+    *,
+    topic: bytes,
+    body: bytes,
+    properties: bytes,
+    queue_id: int,
+    flag: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    store_host: bytes,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    queue_offset: int = 0,
+    phys_offset: int = 0,
+    store_timestamp: int = 0,
+    crc: int | None = None,
+) -> bytes:
+    """Encode one record; `topic`/`properties` are UTF-8 bytes, hosts come from pack_host()."""
+    if len(topic) > 127:
+        raise ValueError("topic longer than 127 bytes")
+    if len(properties) > 32767:
+        raise ValueError("properties longer than 32767 bytes")
+    sys_flag &= ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+    if len(born_host) == 20:
+        sys_flag |= BORNHOST_V6_FLAG
+    if len(store_host) == 20:
+        sys_flag |= STOREHOST_V6_FLAG
+    total = record_size(len(body), len(topic), len(properties), len(born_host), len(store_host))
+    return b"".join(
+        (
+            _HEAD.pack(
+                total,
+                MAGIC_V1,
+                body_crc(body) if crc is None else crc,
+                queue_id,
+                flag,
+                queue_offset,
+                phys_offset,
+                sys_flag,
+                born_timestamp,
+            ),
+            born_host,
+            _Q.pack(store_timestamp),
+            store_host,
+            _TAIL.pack(reconsume_times, prepared_transaction_offset, len(body)),
+            body,
+            bytes((len(topic),)),
+            topic,
+            _H.pack(len(properties)),
+            properties,
+        )
+    )
+
+
+def store_timestamp_position(sys_flag: int) -> int:
+    return POS_BORN_HOST + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
+
+
+def patch_record(buf: bytearray | memoryview, pos: int, queue_offset: int, phys_offset: int, store_timestamp: int) -> None:
+    """Fill in the fields the store assigns at append time."""
+    _Q.pack_into(buf, pos + POS_QUEUE_OFFSET, queue_offset)
+    _Q.pack_into(buf, pos + POS_PHYS_OFFSET, phys_offset)
+    sys_flag = _I.unpack_from(buf, pos + POS_SYS_FLAG)[0]
+    _Q.pack_into(buf, pos + store_timestamp_position(sys_flag), store_timestamp)
+
+
+def read_size_magic(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    return _SIZE_MAGIC.unpack_from(buf, pos)
+
+
+def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False) -> MessageExt:
+    """Decode the record at `pos`. Raises CorruptionError if it is not a well-formed record."""
+    try:
+        (total, magic, crc, queue_id, flag, queue_offset, phys_offset, sys_flag, born_ts) = _HEAD.unpack_from(buf, pos)
+        if magic not in (MAGIC_V1, MAGIC_V2):
+            raise CorruptionError("record", pos, f"bad magic code {magic & 0xFFFFFFFF:#x}")
+        if total < 48 or pos + total > len(buf):
+            raise CorruptionError("record", pos, f"bad total size {total}")
+        p = pos + 48
+        if sys_flag & BORNHOST_V6_FLAG:
+            born_host = unpack_host(buf[p : p + 20])
+            p += 20
+        else:
+            born_host = unpack_host(buf[p : p + 8])
+            p += 8
+        store_ts = _Q.unpack_from(buf, p)[0]
+        p += 8
+        if sys_flag & STOREHOST_V6_FLAG:
+            store_host = unpack_host(buf[p : p + 20])
+            p += 20
+        else:
+            store_host = unpack_host(buf[p : p + 8])
+            p += 8
+        reconsume, prepared, body_len = _TAIL.unpack_from(buf, p)
+        p += 16
+        if body_len < 0 or p + body_len > pos + total:
+            raise CorruptionError("record", pos, f"bad body length {body_len}")
+        body = bytes(buf[p : p + body_len])
+        p += body_len
+        if magic == MAGIC_V1:
+            topic_len = buf[p]
+            if topic_len > 127:
+                raise CorruptionError("record", pos, "bad topic length")
+            p += 1
+        else:
+            topic_len = _H.unpack_from(buf, p)[0]
+            p += 2
+        topic = bytes(buf[p : p + topic_len]).decode("utf-8")
+        p += topic_len
+        props_len = _H.unpack_from(buf, p)[0]
+        p += 2
+        if props_len < 0 or p + props_len != pos + total:
+            raise CorruptionError("record", pos, "size fields disagree with total size")
+        props = decode_properties(bytes(buf[p : p + props_len]).decode("utf-8")) if props_len else {}
+    except (struct.error, IndexError, UnicodeDecodeError, ValueError) as e:
+        if isinstance(e, CorruptionError):
+            raise
+        raise CorruptionError("record", pos, f"undecodable record: {e}") from e
+    if check_crc and body_crc(body) != crc:
+        raise CorruptionError("record", pos, "body CRC mismatch")
+    return MessageExt(
+        topic=topic,
+        body=body,
+        properties=props,
+        flag=flag,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        phys_offset=phys_offset,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        born_host=born_host,
+        store_timestamp=store_ts,
+        store_host=store_host,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        body_crc=crc,
+        store_size=total,
+    )
+
+
+def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[MessageExt]:
+    """Decode concatenated records (a pull or query response body)."""
+    pos = 0
+    end = len(buf)
+    while pos + 8 <= end:
+        msg = decode_record(buf, pos)
+        pos += msg.store_size
+        yield msg
