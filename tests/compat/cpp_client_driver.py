@@ -122,7 +122,8 @@ def push(a: dict) -> None:
     def on_message(msg) -> None:
         r = received(msg)
         with lock:
-            count[0] += 1
+            if not a.get("count_run") or r["run"] == a["count_run"]:
+                count[0] += 1
         emit({"recv": r})
 
     c.subscribe(a["topic"], on_message, a.get("expression", "*"))

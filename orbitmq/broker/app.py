@@ -1,0 +1,295 @@
+"""Broker: the composition root. Builds the store, metadata, client registry, handlers and the two remoting
+servers (listenPort and the VIP port listenPort-2, which has no PULL_MESSAGE), and owns start/stop order and
+the periodic tasks. No request logic lives here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from orbitmq.base.clock import REAL_CLOCK, Clock
+from orbitmq.base.errors import ConfigError
+from orbitmq.broker.client_registry import ClientRegistry
+from orbitmq.broker.config import BrokerConfig
+from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.handlers import consumer as consumer_handlers
+from orbitmq.broker.handlers import heartbeat as heartbeat_handlers
+from orbitmq.broker.handlers import pull as pull_handlers
+from orbitmq.broker.handlers import send as send_handlers
+from orbitmq.broker.metadata.groups import SubscriptionGroupManager
+from orbitmq.broker.metadata.offsets import ConsumerOffsetManager
+from orbitmq.broker.metadata.topics import TopicConfigManager
+from orbitmq.broker.registration import BrokerRegistration
+from orbitmq.broker.router import Router
+from orbitmq.broker.stats import BrokerStats
+from orbitmq.protocol import RequestCode
+from orbitmq.remoting import RemotingClient, RemotingServer
+from orbitmq.store import MessageStore, StoreConfig, StoreInUseError
+
+log = logging.getLogger("orbitmq.broker")
+
+CLIENT_SCAN_INTERVAL_MS = 10_000
+LONG_POLL_CHECK_INTERVAL_MS = 5_000
+
+
+def _optional_handler_modules() -> list[Any]:
+    """Handler modules owned by the broker-meta teammate (offsets, query, admin), when present."""
+    mods: list[Any] = []
+    for name in ("offsets", "query", "admin"):
+        try:
+            mods.append(__import__(f"orbitmq.broker.handlers.{name}", fromlist=["handlers"]))
+        except ModuleNotFoundError as e:
+            if e.name != f"orbitmq.broker.handlers.{name}":
+                raise
+            log.debug("handler module %s not available", name)
+    return mods
+
+
+def _check_store_path(root: str) -> None:
+    try:
+        os.makedirs(root, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"store path {root} is not writable: {e.strerror or e}") from None
+
+
+class Broker:
+    def __init__(self, broker_config: BrokerConfig, store_config: StoreConfig, *, clock: Clock = REAL_CLOCK) -> None:
+        broker_config.validate()
+        store_config.validate()
+        self.config = broker_config
+        self.store_config = store_config
+        self.clock = clock
+        self.ctx: BrokerContext | None = None
+        self.store: MessageStore | None = None
+        self.server: RemotingServer | None = None
+        self.vip_server: RemotingServer | None = None
+        self.registration: BrokerRegistration | None = None
+        self.pull: pull_handlers.PullProcessor | None = None
+        self.notifier: heartbeat_handlers.ConsumerIdsNotifier | None = None
+        self.task_failures: dict[str, int] = {}
+        self._routers: list[Router] = []
+        self._client: RemotingClient | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._started = False
+        self._stopped = False
+        self._offsets_write_lock = threading.Lock()  # periodic writer thread vs the final persist at stop
+
+    # ----- properties -----
+    @property
+    def listen_port(self) -> int:
+        return self.server.port if self.server is not None else self.config.listen_port
+
+    @property
+    def vip_port(self) -> int:
+        return self.vip_server.port if self.vip_server is not None else self.config.vip_listen_port
+
+    @property
+    def addr(self) -> str:
+        return f"{self.config.broker_ip1}:{self.listen_port}"
+
+    # ----- wiring -----
+    def _load_store(self) -> MessageStore:
+        root = self.store_config.store_path_root_dir
+        _check_store_path(root)
+        store = MessageStore(self.store_config, clock=self.clock)
+        try:
+            store.load()
+        except StoreInUseError:
+            raise ConfigError(f"store {root} is locked: another broker is using it") from None
+        return store
+
+    def _build(self, store: MessageStore) -> BrokerContext:
+        """Metadata, registry, handlers; called once the listen ports are known (config is final)."""
+        cfg = self.config
+        config_dir = os.path.join(self.store_config.store_path_root_dir, "config")
+        topics = TopicConfigManager(config_dir, cfg)
+        groups = SubscriptionGroupManager(config_dir, cfg)
+        offsets = ConsumerOffsetManager(config_dir)
+        topics.load()
+        groups.load()
+        offsets.load()
+        clients = ClientRegistry(cfg.client_channel_max_idle_time_seconds * 1000, self.clock.now_ms)
+        ctx = BrokerContext(cfg, store, topics, groups, offsets, clients, BrokerStats(), cfg.broker_addr)
+        self._client = RemotingClient(name="broker-outer")
+        self.registration = BrokerRegistration(lambda: ctx.config, topics, self._client)
+        ctx.request_register = self.registration.request_soon
+        topics.on_change = ctx.request_register
+        self.notifier = heartbeat_handlers.ConsumerIdsNotifier(ctx)
+        clients.on_consumer_ids_changed = self.notifier.on_change
+        self.pull = pull_handlers.build(ctx)
+        assert self.pull.long_poll is not None
+        store.add_dispatch_listener(self.pull.long_poll.on_dispatch)
+        table: dict[int, Any] = {}
+        table.update(send_handlers.handlers(ctx))
+        table.update(pull_handlers.handlers(ctx, self.pull))
+        table.update(heartbeat_handlers.handlers(ctx, self.notifier))
+        table.update(consumer_handlers.handlers(ctx))
+        for mod in _optional_handler_modules():
+            for code, handler in mod.handlers(ctx).items():
+                table.setdefault(int(code), handler)
+        main, vip = self._routers
+        main.add(table)
+        vip.add({c: h for c, h in table.items() if c != RequestCode.PULL_MESSAGE})
+        self.ctx = ctx
+        return ctx
+
+    def _on_connection_closed(self, conn: Any) -> None:
+        if self.ctx is not None:
+            self.ctx.clients.on_connection_closed(conn)
+
+    async def start(self) -> None:
+        """Load the store, bind both ports, build handlers, start background work, register. ConfigError on
+        an unusable port, store path or locked store (one line)."""
+        if self._started:
+            return
+        self._started = True
+        cfg = self.config
+        self.store = store = self._load_store()
+        self._routers = [Router({}), Router({})]
+        for r in self._routers:
+            r.accepting = False  # until the handlers are wired
+        try:
+            self.server = RemotingServer(self._routers[0], "0.0.0.0", cfg.listen_port, name="broker",
+                                         on_close=self._on_connection_closed)
+            await self.server.start()
+            self.vip_server = RemotingServer(self._routers[1], "0.0.0.0", cfg.vip_listen_port, name="broker-vip",
+                                             on_close=self._on_connection_closed)
+            await self.vip_server.start()
+            if self.server.port != cfg.listen_port:  # port 0 (tests): the real port is known only now
+                self.config = cfg = dataclasses.replace(cfg, listen_port=self.server.port)
+            self._build(store)
+            assert self.pull is not None and self.pull.long_poll is not None
+            self.pull.long_poll.bind_loop()
+            await store.start()
+        except BaseException:
+            await self._abort_start()
+            raise
+        for r in self._routers:
+            r.accepting = True
+        assert self.registration is not None
+        await self.registration.register_all()
+        self._supervisor = asyncio.get_running_loop().create_task(self._run_periodic(), name="broker periodic")
+        log.info("broker %s (%s) started on %s, VIP port %d", cfg.broker_name, cfg.broker_role, self.addr,
+                 self.vip_port)
+
+    async def _abort_start(self) -> None:
+        self._stopped = True
+        for srv in (self.vip_server, self.server):
+            if srv is not None:
+                with contextlib.suppress(Exception):
+                    await srv.stop()
+        if self.store is not None:
+            with contextlib.suppress(Exception):
+                await self.store.shutdown()
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.close()
+
+    # ----- periodic tasks -----
+    async def _every(self, name: str, interval_ms: Callable[[], int], fn: Callable[[], Awaitable[Any] | Any]) -> None:
+        """Run fn every interval; a failure is logged with its task name, counted, and retried next period."""
+        while True:
+            await asyncio.sleep(interval_ms() / 1000)
+            try:
+                result = fn()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                self.task_failures[name] = self.task_failures.get(name, 0) + 1
+                log.exception("periodic task %r failed (%d failures so far)", name, self.task_failures[name])
+
+    async def _guard(self, name: str) -> None:
+        """Long-running loops: a crash is logged, counted and the loop restarted after 1 s."""
+        while True:
+            try:
+                await self._loop_factory(name)
+                return
+            except Exception:
+                self.task_failures[name] = self.task_failures.get(name, 0) + 1
+                log.exception("loop %r crashed (%d so far); restarting in 1 s", name, self.task_failures[name])
+                await asyncio.sleep(1)
+
+    def _loop_factory(self, name: str) -> Awaitable[None]:
+        assert self.registration is not None and self.pull is not None and self.pull.long_poll is not None
+        if name == "registration":
+            return self.registration.run_loop()
+        cfg = self.config
+        interval = LONG_POLL_CHECK_INTERVAL_MS if cfg.long_polling_enable else cfg.short_polling_time_mills
+        return self.pull.long_poll.run_check_loop(interval)
+
+    async def _run_periodic(self) -> None:
+        ctx = self.ctx
+        assert ctx is not None
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._guard("registration"))
+            tg.create_task(self._guard("long-poll checker"))
+            tg.create_task(self._every("client channel scan", lambda: CLIENT_SCAN_INTERVAL_MS,
+                                       ctx.clients.scan_expired))
+            tg.create_task(self._every("consumer offset persist", lambda: self.config.flush_consumer_offset_interval,
+                                       self._persist_offsets))
+
+    async def _persist_offsets(self) -> None:
+        assert self.ctx is not None
+        offsets = self.ctx.offsets
+        data = offsets.snapshot_if_dirty()
+        if data is not None:
+            await asyncio.to_thread(self._write_offsets, offsets, data)
+
+    def _write_offsets(self, offsets: ConsumerOffsetManager, data: bytes) -> None:
+        with self._offsets_write_lock:
+            offsets.write_snapshot(data)
+
+    def _persist_offsets_now(self) -> None:
+        assert self.ctx is not None
+        with self._offsets_write_lock:
+            self.ctx.offsets.persist()
+
+    # ----- stop -----
+    async def stop(self) -> None:
+        if not self._started or self._stopped or self.ctx is None:
+            return
+        self._stopped = True
+        ctx = self.ctx
+        assert ctx is not None and self.store is not None
+        for r in self._routers:
+            r.accepting = False
+        if self.pull is not None and self.pull.long_poll is not None:
+            answered = self.pull.long_poll.answer_all()
+            if answered:
+                log.info("answered %d held pull requests", answered)
+        for srv in (self.vip_server, self.server):
+            if srv is not None:
+                await srv.stop()
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._supervisor
+        for what, fn in (("consumer offsets", self._persist_offsets_now), ("topics", ctx.topics.persist),
+                         ("subscription groups", ctx.groups.persist)):
+            try:
+                fn()
+            except Exception:
+                log.exception("persisting %s at stop failed", what)
+        await self.store.shutdown()
+        if self.registration is not None:
+            await self.registration.unregister_all()
+        if self._client is not None:
+            await self._client.close()
+        log.info("broker %s stopped", self.config.broker_name)
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

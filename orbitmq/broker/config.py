@@ -1,0 +1,165 @@
+"""BrokerConfig: the broker's own settings (one frozen dataclass, snake_case fields).
+
+broker.conf camelCase names live only in config_file.py. validate() checks relations between fields;
+__post_init__ derives the few defaults that depend on other fields (haListenPort, brokerIP1/2).
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from orbitmq.base.errors import ConfigError
+
+_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+
+
+def _opt(default: Any, *, important: bool = False, hot: bool = False) -> Any:
+    """A field with metadata read by the config dump / UPDATE_BROKER_CONFIG (hot_reloadable)."""
+    return field(default=default, metadata={"important": important, "hot_reloadable": hot})
+
+
+def detect_ip() -> str:
+    """First non-loopback IPv4 of this host (no packet is sent), else 127.0.0.1."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            ip = s.getsockname()[0]
+            if ip and not ip.startswith("127.") and ip != "0.0.0.0":
+                return ip
+    except OSError:
+        pass
+    try:
+        for ip in socket.gethostbyname_ex(socket.gethostname())[2]:
+            if not ip.startswith("127."):
+                return ip
+    except OSError:
+        pass
+    return "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    # identity
+    broker_cluster_name: str = _opt("DefaultCluster", important=True)
+    broker_name: str = _opt("broker-a", important=True)
+    broker_id: int = _opt(0, important=True)
+    broker_role: str = _opt("ASYNC_MASTER", important=True)
+    namesrv_addr: str = _opt("", important=True, hot=True)  # ";"-separated host:port list
+    broker_ip1: str = _opt("", important=True)  # "" -> detect_ip()
+    broker_ip2: str = _opt("")  # "" -> broker_ip1 (HA address)
+    listen_port: int = _opt(10911, important=True)
+    ha_listen_port: int = _opt(-1)  # -1 -> listen_port + 1 (0 when listen_port is 0)
+    region_id: str = _opt("DefaultRegion")
+    trace_on: bool = _opt(True, hot=True)
+    broker_ver_version: int = _opt(409)
+    # topics and groups
+    broker_permission: int = _opt(6, important=True, hot=True)
+    auto_create_topic_enable: bool = _opt(True, important=True, hot=True)
+    auto_create_subscription_group: bool = _opt(True, important=True, hot=True)
+    default_topic_queue_nums: int = _opt(8, hot=True)
+    cluster_topic_enable: bool = _opt(True)
+    broker_topic_enable: bool = _opt(True)
+    msg_trace_topic_name: str = _opt("RMQ_SYS_TRACE_TOPIC")
+    trace_topic_enable: bool = _opt(False)
+    # send
+    start_accept_send_request_time_stamp: int = _opt(0, hot=True)
+    reject_transaction_message: bool = _opt(False, hot=True)
+    max_msgs_num_batch: int = _opt(64, hot=True)
+    default_query_max_num: int = _opt(32, hot=True)
+    message_delay_level: str = _opt("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")
+    # pull
+    long_polling_enable: bool = _opt(True, hot=True)
+    short_polling_time_mills: int = _opt(1000, hot=True)
+    slave_read_enable: bool = _opt(False, hot=True)
+    transfer_msg_by_heap: bool = _opt(True)
+    enable_property_filter: bool = _opt(False)
+    filter_support_retry: bool = _opt(False)
+    # clients
+    notify_consumer_ids_changed_enable: bool = _opt(True, hot=True)
+    client_channel_max_idle_time_seconds: int = _opt(120)
+    flush_consumer_offset_interval: int = _opt(5000)
+    # name server registration
+    register_broker_timeout_mills: int = _opt(6000, hot=True)
+    register_name_server_period: int = _opt(30000, hot=True)
+    force_register: bool = _opt(True, hot=True)
+    compressed_register: bool = _opt(False, hot=True)
+    # transactions (used by the transaction service when it lands)
+    transaction_timeout: int = _opt(6000, hot=True)
+    transaction_check_max: int = _opt(15, hot=True)
+    transaction_check_interval: int = _opt(60000, hot=True)
+
+    def __post_init__(self) -> None:
+        if not self.broker_ip1:
+            object.__setattr__(self, "broker_ip1", detect_ip())
+        if not self.broker_ip2:
+            object.__setattr__(self, "broker_ip2", self.broker_ip1)
+        if self.ha_listen_port < 0:
+            object.__setattr__(self, "ha_listen_port", self.listen_port + 1 if self.listen_port else 0)
+
+    # ----- derived values -----
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_role == "SLAVE"
+
+    @property
+    def vip_listen_port(self) -> int:
+        """The "fast"/VIP channel port (listenPort - 2); 0 when listenPort is 0 (tests: any free port)."""
+        return self.listen_port - 2 if self.listen_port else 0
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def ha_server_addr(self) -> str:
+        return f"{self.broker_ip2}:{self.ha_listen_port}"
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    def validate(self) -> None:
+        """Raise ConfigError with a one-line explanation for an inconsistent configuration."""
+        if self.broker_role not in _ROLES:
+            raise ConfigError(f"brokerRole: {self.broker_role!r} is not one of {', '.join(_ROLES)}")
+        if self.broker_id < 0:
+            raise ConfigError(f"brokerId: {self.broker_id} must be >= 0")
+        if self.is_slave and self.broker_id == 0:
+            raise ConfigError("brokerId: a SLAVE broker needs brokerId > 0")
+        if not self.is_slave and self.broker_id != 0:
+            raise ConfigError(f"brokerId: a master ({self.broker_role}) must have brokerId 0, not {self.broker_id}")
+        for name, port in (("listenPort", self.listen_port), ("haListenPort", self.ha_listen_port)):
+            if not 0 <= port <= 65535:
+                raise ConfigError(f"{name}: {port} is not a valid TCP port")
+        if self.listen_port and self.listen_port < 3:
+            raise ConfigError(f"listenPort: {self.listen_port} leaves no room for the VIP port (listenPort - 2)")
+        if not 0 <= self.broker_permission <= 7:
+            raise ConfigError(f"brokerPermission: {self.broker_permission} is not in 0..7")
+        if self.default_topic_queue_nums < 1:
+            raise ConfigError(f"defaultTopicQueueNums: {self.default_topic_queue_nums} must be >= 1")
+        for addr in self.namesrv_addrs:
+            host, sep, port = addr.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ConfigError(f"namesrvAddr: {addr!r} is not host:port")
+        positive = {
+            "registerNameServerPeriod": self.register_name_server_period,
+            "registerBrokerTimeoutMills": self.register_broker_timeout_mills,
+            "clientChannelMaxIdleTimeSeconds": self.client_channel_max_idle_time_seconds,
+            "flushConsumerOffsetInterval": self.flush_consumer_offset_interval,
+            "shortPollingTimeMills": self.short_polling_time_mills,
+            "maxMsgsNumBatch": self.max_msgs_num_batch,
+            "defaultQueryMaxNum": self.default_query_max_num,
+        }
+        for name, value in positive.items():
+            if value <= 0:
+                raise ConfigError(f"{name}: {value} must be > 0")
+        if self.register_name_server_period > 60000:
+            raise ConfigError(f"registerNameServerPeriod: {self.register_name_server_period} must be <= 60000 "
+                              "(name servers expire a broker after 120 s)")
+        if len(self.broker_name) > 127 or not self.broker_name:
+            raise ConfigError(f"brokerName: {self.broker_name!r} must be 1..127 characters")
+
+    def field_names(self) -> list[str]:
+        return [f.name for f in fields(self)]

@@ -1,0 +1,318 @@
+"""broker.conf (Java properties) → BrokerConfig + StoreConfig.
+
+Owns the camelCase ↔ snake_case alias table (incl. legacy spellings), type coercion with one-line
+ConfigErrors, and unknown-key warnings (returned; the caller logs them). No other module knows camelCase keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from orbitmq.base.errors import ConfigError
+from orbitmq.broker.config import BrokerConfig
+
+# broker.conf key -> BrokerConfig field (type taken from the dataclass field default)
+BROKER_KEYS: dict[str, str] = {
+    "brokerClusterName": "broker_cluster_name",
+    "brokerName": "broker_name",
+    "brokerId": "broker_id",
+    "brokerRole": "broker_role",
+    "namesrvAddr": "namesrv_addr",
+    "brokerIP1": "broker_ip1",
+    "brokerIP2": "broker_ip2",
+    "listenPort": "listen_port",
+    "haListenPort": "ha_listen_port",
+    "regionId": "region_id",
+    "traceOn": "trace_on",
+    "brokerPermission": "broker_permission",
+    "autoCreateTopicEnable": "auto_create_topic_enable",
+    "autoCreateSubscriptionGroup": "auto_create_subscription_group",
+    "defaultTopicQueueNums": "default_topic_queue_nums",
+    "clusterTopicEnable": "cluster_topic_enable",
+    "brokerTopicEnable": "broker_topic_enable",
+    "msgTraceTopicName": "msg_trace_topic_name",
+    "traceTopicEnable": "trace_topic_enable",
+    "startAcceptSendRequestTimeStamp": "start_accept_send_request_time_stamp",
+    "rejectTransactionMessage": "reject_transaction_message",
+    "maxMsgsNumBatch": "max_msgs_num_batch",
+    "defaultQueryMaxNum": "default_query_max_num",
+    "messageDelayLevel": "message_delay_level",
+    "longPollingEnable": "long_polling_enable",
+    "shortPollingTimeMills": "short_polling_time_mills",
+    "slaveReadEnable": "slave_read_enable",
+    "transferMsgByHeap": "transfer_msg_by_heap",
+    "enablePropertyFilter": "enable_property_filter",
+    "filterSupportRetry": "filter_support_retry",
+    "notifyConsumerIdsChangedEnable": "notify_consumer_ids_changed_enable",
+    "clientChannelMaxIdleTimeSeconds": "client_channel_max_idle_time_seconds",
+    "flushConsumerOffsetInterval": "flush_consumer_offset_interval",
+    "registerBrokerTimeoutMills": "register_broker_timeout_mills",
+    "registerNameServerPeriod": "register_name_server_period",
+    "forceRegister": "force_register",
+    "compressedRegister": "compressed_register",
+    "transactionTimeOut": "transaction_timeout",
+    "transactionCheckMax": "transaction_check_max",
+    "transactionCheckInterval": "transaction_check_interval",
+}
+
+# broker.conf key -> StoreConfig field
+STORE_KEYS: dict[str, str] = {
+    "storePathRootDir": "store_path_root_dir",
+    "mappedFileSizeCommitLog": "mapped_file_size_commitlog",
+    "mapedFileSizeCommitLog": "mapped_file_size_commitlog",  # legacy Java spelling
+    "mappedFileSizeConsumeQueue": "mapped_file_size_consume_queue",
+    "mapedFileSizeConsumeQueue": "mapped_file_size_consume_queue",  # legacy Java spelling
+    "flushDiskType": "flush_disk_type",
+    "flushIntervalCommitLog": "flush_interval_commitlog_ms",
+    "flushCommitLogLeastPages": "flush_commitlog_least_pages",
+    "flushCommitLogThoroughInterval": "flush_commitlog_thorough_interval_ms",
+    "syncFlushTimeout": "sync_flush_timeout_ms",
+    "flushIntervalConsumeQueue": "flush_interval_consume_queue_ms",
+    "fileReservedTime": "file_reserved_time_hours",
+    "deleteWhen": "delete_when",
+    "diskMaxUsedSpaceRatio": "disk_max_used_space_ratio",
+    "maxMessageSize": "max_message_size",
+    "checkCRCOnRecover": "check_crc_on_recover",
+    "messageIndexEnable": "message_index_enable",
+    "maxHashSlotNum": "max_hash_slot_num",
+    "maxIndexNum": "max_index_num",
+    "accessMessageInMemoryMaxRatio": "access_message_in_memory_max_ratio",
+    "confirmOffsetMode": "confirm_offset_mode",
+}
+
+# RocketMQ keys that are valid in a Java broker.conf but have no meaning here (thread pools, netty, ...).
+IGNORED_KEYS = frozenset({
+    "sendMessageThreadPoolNums", "pullMessageThreadPoolNums", "queryMessageThreadPoolNums",
+    "adminBrokerThreadPoolNums", "clientManageThreadPoolNums", "consumerManageThreadPoolNums",
+    "heartbeatThreadPoolNums", "endTransactionThreadPoolNums", "processReplyMessageThreadPoolNums",
+    "serverWorkerThreads", "serverCallbackExecutorThreads", "serverSelectorThreads",
+    "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue", "serverSocketSndBufSize", "serverSocketRcvBufSize",
+    "serverPooledByteBufAllocatorEnable", "useEpollNativeSelector", "useReentrantLockWhenPutMessage",
+    "transientStorePoolEnable", "warmMapedFileEnable", "osPageCacheBusyTimeOutMills", "sendThreadPoolQueueCapacity",
+    "pullThreadPoolQueueCapacity", "waitTimeMillsInSendQueue", "waitTimeMillsInPullQueue", "fetchNamesrvAddrByAddressServer",
+    "rocketmqHome", "aclEnable", "enableDLegerCommitLog", "slaveReadEnableForDLeger",
+})
+
+_STORE_COMMITLOG_KEY = "storePathCommitLog"
+
+
+def _type_of(dc: type, name: str) -> type:
+    for f in dataclasses.fields(dc):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING and f.default is not None:
+                return type(f.default)
+            return str
+    raise KeyError(name)
+
+
+def coerce(key: str, raw: str, kind: type, source: str = "broker.conf") -> Any:
+    """Convert one property text to the field's type; a bad value raises a one-line ConfigError."""
+    text = raw.strip()
+    if kind is bool:
+        low = text.lower()
+        if low in ("true", "false"):
+            return low == "true"
+        raise ConfigError(f"{source}: {key}: {raw!r} is not a boolean (true/false)")
+    if kind is int:
+        try:
+            return int(text.replace("_", ""), 10)
+        except ValueError:
+            raise ConfigError(f"{source}: {key}: {raw!r} is not an integer") from None
+    if kind is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"{source}: {key}: {raw!r} is not a number") from None
+    return text
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(s: str) -> str:
+    if "\\" not in s:
+        return s
+    out: list[str] = []
+    i = 0
+    while i < len(s):
+        ch = s[i]
+        if ch == "\\" and i + 1 < len(s):
+            nxt = s[i + 1]
+            if nxt == "u" and len(s) >= i + 6:
+                try:
+                    out.append(chr(int(s[i + 2 : i + 6], 16)))
+                    i += 6
+                    continue
+                except ValueError:
+                    pass
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _split_key_value(line: str) -> tuple[str, str]:
+    """Java Properties: key ends at the first unescaped '=', ':' or whitespace."""
+    i = 0
+    n = len(line)
+    while i < n:
+        ch = line[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch in "=: \t\f":
+            break
+        i += 1
+    key = line[:i]
+    rest = line[i:].lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t\f")
+    return _unescape(key), rest
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java properties syntax: '#'/'!' comments, blank lines, '\\' continuations; values trimmed at the end."""
+    props: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip(" \t\f")
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        # join continuation lines (an odd number of trailing backslashes)
+        while _continues(line) and i < len(lines):
+            line = line[:-1] + lines[i].lstrip(" \t\f")
+            i += 1
+        if _continues(line):
+            line = line[:-1]
+        key, value = _split_key_value(line)
+        if key:
+            props[key] = _unescape(value).rstrip()
+    return props
+
+
+def _continues(line: str) -> bool:
+    count = len(line) - len(line.rstrip("\\"))
+    return count % 2 == 1
+
+
+def _store_config_cls() -> type:
+    from orbitmq.store import StoreConfig
+
+    return StoreConfig
+
+
+def build_configs(
+    props: dict[str, str], *, source: str = "broker.conf", base_dir: str | None = None
+) -> tuple[BrokerConfig, Any, list[str]]:
+    """props (camelCase keys) -> (BrokerConfig, StoreConfig, warnings). Raises ConfigError on bad values."""
+    store_cls = _store_config_cls()
+    warnings: list[str] = []
+    broker_kw: dict[str, Any] = {}
+    store_kw: dict[str, Any] = {}
+    for key, raw in props.items():
+        if key in BROKER_KEYS:
+            name = BROKER_KEYS[key]
+            broker_kw[name] = coerce(key, raw, _type_of(BrokerConfig, name), source)
+        elif key in STORE_KEYS:
+            name = STORE_KEYS[key]
+            store_kw[name] = coerce(key, raw, _type_of(store_cls, name), source)
+        elif key == _STORE_COMMITLOG_KEY:
+            continue  # checked below once the root dir is known
+        elif key in IGNORED_KEYS:
+            warnings.append(f"{source}: {key} is a RocketMQ setting that OrbitMQ ignores")
+        else:
+            warnings.append(f"{source}: unknown key {key!r} ignored")
+    for name in ("broker_role",):
+        if name in broker_kw:
+            broker_kw[name] = str(broker_kw[name]).upper()
+    if "flush_disk_type" in store_kw:
+        store_kw["flush_disk_type"] = str(store_kw["flush_disk_type"]).upper()
+    root = store_kw.get("store_path_root_dir") or os.path.join("~", "store")
+    root = os.path.expanduser(root)
+    if not os.path.isabs(root):
+        root = os.path.join(base_dir or os.getcwd(), root)
+    store_kw["store_path_root_dir"] = os.path.normpath(root)
+    if _STORE_COMMITLOG_KEY in props:
+        wanted = os.path.normpath(os.path.expanduser(props[_STORE_COMMITLOG_KEY].strip()))
+        if wanted != os.path.join(store_kw["store_path_root_dir"], "commitlog"):
+            warnings.append(f"{source}: {_STORE_COMMITLOG_KEY} ignored: the CommitLog always lives in "
+                            f"{os.path.join(store_kw['store_path_root_dir'], 'commitlog')}")
+    if store_kw.get("flush_disk_type") == "SYNC_FLUSH" and "confirm_offset_mode" not in store_kw:
+        store_kw["confirm_offset_mode"] = "flushed"
+    if broker_kw.get("broker_role", "ASYNC_MASTER") != "SLAVE" and broker_kw.get("broker_id", 0) != 0:
+        warnings.append(f"{source}: brokerId {broker_kw['broker_id']} ignored: a master always has brokerId 0")
+        broker_kw["broker_id"] = 0
+    broker = BrokerConfig(**broker_kw)
+    store = store_cls(**store_kw)
+    broker.validate()
+    store.validate()
+    return broker, store, warnings
+
+
+def load_broker_conf(path: str) -> tuple[BrokerConfig, Any, list[str]]:
+    """Parse a broker.conf file -> (BrokerConfig, StoreConfig, warnings). Raises ConfigError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read broker config {path}: {e.strerror or e}") from None
+    return build_configs(parse_properties(text), source=os.path.basename(path) or path)
+
+
+def camel_of(field_name: str) -> str | None:
+    """The preferred broker.conf key of a BrokerConfig or StoreConfig field (first alias wins)."""
+    for table in (BROKER_KEYS, STORE_KEYS):
+        for key, name in table.items():
+            if name == field_name:
+                return key
+    return None
+
+
+def to_properties(broker: BrokerConfig, store: Any | None = None) -> dict[str, str]:
+    """camelCase key -> Java-style string value, for GET_BROKER_CONFIG and config dumps."""
+    out: dict[str, str] = {}
+    for obj, table in ((broker, BROKER_KEYS), (store, STORE_KEYS)):
+        if obj is None:
+            continue
+        seen: set[str] = set()
+        for key, name in table.items():
+            if name in seen:
+                continue
+            seen.add(name)
+            value = getattr(obj, name, None)
+            if value is None:
+                continue
+            out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return out
+
+
+def apply_updates(
+    broker: BrokerConfig, props: dict[str, str], *, source: str = "UPDATE_BROKER_CONFIG"
+) -> tuple[BrokerConfig, list[str]]:
+    """Apply hot-reloadable broker keys; non-reloadable or unknown keys are returned as warnings."""
+    meta = {f.name: f.metadata for f in dataclasses.fields(BrokerConfig)}
+    changes: dict[str, Any] = {}
+    warnings: list[str] = []
+    for key, raw in props.items():
+        name = BROKER_KEYS.get(key)
+        if name is None:
+            warnings.append(f"{source}: {key} cannot be changed at runtime (unknown or store key)")
+            continue
+        if not meta[name].get("hot_reloadable"):
+            warnings.append(f"{source}: {key} needs a broker restart")
+            continue
+        changes[name] = coerce(key, raw, _type_of(BrokerConfig, name), source)
+    new = dataclasses.replace(broker, **changes) if changes else broker
+    new.validate()
+    return new, warnings
+
+
+def keys_of(tables: Iterable[dict[str, str]] = (BROKER_KEYS, STORE_KEYS)) -> list[str]:
+    return [k for t in tables for k in t]

@@ -1,0 +1,117 @@
+"""HEART_BEAT (34), UNREGISTER_CLIENT (35), CHECK_CLIENT_CONFIG (46) and the NOTIFY_CONSUMER_IDS_CHANGED (40)
+fan-out to every channel of a consumer group when its membership or subscriptions change.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from orbitmq.broker.context import BrokerContext
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_str, fastjson
+from orbitmq.protocol.bodies import HeartbeatData
+
+log = logging.getLogger("orbitmq.broker.heartbeat")
+
+RETRY_PREFIX = "%RETRY%"
+_RW = 6
+
+
+class ConsumerIdsNotifier:
+    """Sends NOTIFY_CONSUMER_IDS_CHANGED (oneway, JSON) to every channel of a group."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        self.sent_count = 0
+
+    def group_flag(self, group: str) -> bool:
+        sgc = self.ctx.groups.get(group)
+        return sgc.notify_consumer_ids_changed_enable if sgc is not None else True
+
+    def on_change(self, group: str, by_client: bool) -> None:
+        """ClientRegistry callback: a channel left (by_client: UNREGISTER_CLIENT; else close/expiry)."""
+        if by_client and not self.group_flag(group):
+            return
+        self.notify(group)
+
+    def notify(self, group: str) -> None:
+        if not self.ctx.config.notify_consumer_ids_changed_enable:
+            return
+        for conn in self.ctx.clients.consumer_channels(group):
+            if getattr(conn, "closed", False):
+                continue
+            cmd = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group},
+                                          oneway=True)
+            try:
+                conn.invoke_oneway(cmd)
+                self.sent_count += 1
+            except Exception:
+                log.info("notify consumer ids changed to %s failed", getattr(conn, "remote_addr", "?"),
+                         exc_info=True)
+
+
+class ClientManageProcessor:
+    def __init__(self, ctx: BrokerContext, notifier: ConsumerIdsNotifier) -> None:
+        self.ctx = ctx
+        self.notifier = notifier
+
+    def heartbeat(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
+        ctx = self.ctx
+        data = HeartbeatData.from_json(req.body)
+        client_id = data.client_id
+        language = req.language
+        version = req.version
+        for cd in data.consumer_data_set:
+            group = cd.group_name
+            sgc = ctx.groups.find_or_create(group)
+            notify_enabled = True
+            if sgc is not None:
+                notify_enabled = sgc.notify_consumer_ids_changed_enable
+                if sgc.retry_queue_nums > 0:
+                    ctx.topics.create_system_topic(RETRY_PREFIX + group, sgc.retry_queue_nums, _RW,
+                                                   2 if cd.unit_mode else 0)
+            subs = {sd.topic: sd for sd in cd.subscription_data_set}
+            changed = ctx.clients.register_consumer(conn, client_id, group, cd.consume_type, cd.message_model,
+                                                    cd.consume_from_where, subs, language, version)
+            if changed and notify_enabled:
+                self.notifier.notify(group)
+        for pd in data.producer_data_set:
+            ctx.clients.register_producer(conn, client_id, pd.group_name, language, version)
+        if client_id:
+            conn.attrs["client_id"] = client_id
+        resp = req.response(ResponseCode.SUCCESS)
+        resp.version = ctx.config.broker_ver_version
+        return resp
+
+    def unregister_client(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
+        ext = req.ext_fields
+        client_id = ext_str(ext, "clientID")
+        producer_group = ext_str(ext, "producerGroup", None)
+        consumer_group = ext_str(ext, "consumerGroup", None)
+        self.ctx.clients.unregister(conn, client_id, producer_group=producer_group, consumer_group=consumer_group)
+        return req.response(ResponseCode.SUCCESS)
+
+    def check_client_config(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
+        try:
+            body = fastjson.loads(req.body) if req.body else {}
+        except Exception as e:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"bad CheckClientRequestBody: {e}")
+        sub = (body or {}).get("subscriptionData") or {}
+        expression_type = str(sub.get("expressionType") or "TAG")
+        if expression_type == "TAG":
+            return req.response(ResponseCode.SUCCESS)
+        if not self.ctx.config.enable_property_filter:
+            return req.response(ResponseCode.SYSTEM_ERROR,
+                                f"The broker does not support consumer to filter message by {expression_type}")
+        return req.response(ResponseCode.SYSTEM_ERROR,
+                            f"{expression_type} filtering is not supported by this broker yet "
+                            "(enablePropertyFilter has no effect)")
+
+
+def handlers(ctx: BrokerContext, notifier: ConsumerIdsNotifier | None = None) -> dict[int, Any]:
+    proc = ClientManageProcessor(ctx, notifier or ConsumerIdsNotifier(ctx))
+    return {
+        int(RequestCode.HEART_BEAT): proc.heartbeat,
+        int(RequestCode.UNREGISTER_CLIENT): proc.unregister_client,
+        int(RequestCode.CHECK_CLIENT_CONFIG): proc.check_client_config,
+    }

@@ -1,0 +1,184 @@
+"""PULL_MESSAGE (11): checks in Java order, tag filter by hash, commit-on-pull, long polling via long_poll.py.
+
+The response body is the store's record buffers joined once. A request that finds nothing and carries the
+suspend flag is parked (no answer now); long_poll re-runs it through `rerun` without suspend permission.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.long_poll import LongPollService
+from orbitmq.model.enums import Perm
+from orbitmq.model.tags import java_hash, tags_of_expression
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_int, ext_str
+from orbitmq.store import GetStatus
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+RETRY_PREFIX = "%RETRY%"
+MASTER_ID = 0
+
+_OK = int(ResponseCode.SUCCESS)
+_NOT_FOUND = int(ResponseCode.PULL_NOT_FOUND)
+_RETRY_NOW = int(ResponseCode.PULL_RETRY_IMMEDIATELY)
+_MOVED = int(ResponseCode.PULL_OFFSET_MOVED)
+
+
+@lru_cache(maxsize=4096)
+def tag_codes(expression: str | None) -> frozenset[int] | None:
+    """Hash codes of a TAG expression; None for '*' (no filtering)."""
+    tags = tags_of_expression(expression)
+    if tags is None:
+        return None
+    return frozenset(java_hash(t) for t in tags)
+
+
+def _status_code(status: GetStatus, queue_offset: int) -> int:
+    if status is GetStatus.FOUND:
+        return _OK
+    if status in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING):
+        return _RETRY_NOW
+    if status in (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE):
+        return _MOVED if queue_offset != 0 else _NOT_FOUND
+    if status in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.OFFSET_FOUND_NULL):
+        return _NOT_FOUND
+    if status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
+        return _MOVED
+    return int(ResponseCode.SYSTEM_ERROR)
+
+
+class PullProcessor:
+    def __init__(self, ctx: BrokerContext, long_poll: LongPollService | None = None) -> None:
+        self.ctx = ctx
+        self.long_poll = long_poll
+
+    def handle(self, conn: Any, req: RemotingCommand) -> RemotingCommand | None:
+        return self.process(conn, req, allow_suspend=True)
+
+    def rerun(self, conn: Any, req: RemotingCommand) -> RemotingCommand | None:
+        """Second processing of a held request: no suspension, no offset commit."""
+        return self.process(conn, req, allow_suspend=False)
+
+    def _fail(self, req: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+        return req.response(code, remark)
+
+    def process(self, conn: Any, req: RemotingCommand, allow_suspend: bool) -> RemotingCommand | None:
+        ctx = self.ctx
+        cfg = ctx.config
+        ext = req.ext_fields
+        group = ext_str(ext, "consumerGroup")
+        topic = ext_str(ext, "topic")
+        queue_id = ext_int(ext, "queueId")
+        queue_offset = ext_int(ext, "queueOffset")
+        max_msg_nums = ext_int(ext, "maxMsgNums")
+        sys_flag = ext_int(ext, "sysFlag")
+        commit_offset = ext_int(ext, "commitOffset")
+        suspend_timeout_ms = ext_int(ext, "suspendTimeoutMillis")
+        sub_version = ext_int(ext, "subVersion")
+
+        if not cfg.broker_permission & Perm.READ:
+            return self._fail(req, ResponseCode.NO_PERMISSION,
+                              f"the broker[{cfg.broker_ip1}] pulling message is forbidden")
+        sgc = ctx.groups.find_or_create(group)
+        if sgc is None:
+            return self._fail(req, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                              f"subscription group [{group}] does not exist, apply first please!")
+        if not sgc.consume_enable:
+            return self._fail(req, ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+        tc = ctx.topics.get(topic)
+        if tc is None:
+            return self._fail(req, ResponseCode.TOPIC_NOT_EXIST,
+                              f"topic[{topic}] not exist, apply first please!")
+        if not tc.perm & Perm.READ:
+            return self._fail(req, ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+        if queue_id < 0 or queue_id >= tc.read_queue_nums:
+            return self._fail(req, ResponseCode.SYSTEM_ERROR,
+                              f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
+                              f"[{tc.read_queue_nums}] consumer:[{getattr(conn, 'remote_addr', '')}]")
+
+        # ---- subscription ----
+        if sys_flag & FLAG_SUBSCRIPTION:
+            expression = ext_str(ext, "subscription", "*")
+            expression_type = ext_str(ext, "expressionType", "TAG") or "TAG"
+        else:
+            cgi = ctx.clients.consumer_group(group)
+            if cgi is None:
+                return self._fail(req, ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                  f"the consumer's group info not exist, {group}")
+            if not sgc.consume_broadcast_enable and cgi.message_model == "BROADCASTING":
+                return self._fail(req, ResponseCode.NO_PERMISSION,
+                                  f"the consumer group[{group}] can not consume by broadcast way")
+            sub = cgi.subscriptions.get(topic)
+            if sub is None:
+                return self._fail(req, ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                  f"the consumer's subscription not exist, {group}")
+            if sub.sub_version < sub_version:
+                return self._fail(req, ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                                  "the consumer's subscription not latest")
+            expression = sub.sub_string
+            expression_type = sub.expression_type or "TAG"
+        if expression_type != "TAG":
+            return self._fail(req, ResponseCode.SYSTEM_ERROR,
+                              f"The broker does not support consumer to filter message by {expression_type}")
+        codes = tag_codes(expression)
+        if codes is not None and topic.startswith(RETRY_PREFIX) and not cfg.filter_support_retry:
+            codes = None
+
+        # ---- read ----
+        result = ctx.store.get_message(group, topic, queue_id, queue_offset, max_msg_nums,
+                                       codes.__contains__ if codes is not None else None)
+        status = result.status
+        code = _status_code(status, queue_offset)
+        if cfg.slave_read_enable:
+            suggest = sgc.which_broker_when_consume_slowly if result.suggest_pull_from_slave else sgc.broker_id
+        else:
+            suggest = MASTER_ID
+        if cfg.is_slave:
+            if not cfg.slave_read_enable:
+                code = _RETRY_NOW
+                suggest = MASTER_ID
+            elif code == _MOVED:
+                code = _RETRY_NOW  # slaves do not correct offsets (offsetCheckInSlave=false)
+        next_begin = result.next_begin_offset
+
+        response: RemotingCommand | None
+        if code == _OK:
+            buffers = result.buffers
+            body = buffers[0] if len(buffers) == 1 else b"".join(buffers)
+            if not isinstance(body, bytes):
+                body = bytes(body)
+            ctx.stats.on_get(result.msg_count, len(body))
+            response = req.response(code, status.value, body=body)
+        elif code == _NOT_FOUND and allow_suspend and sys_flag & FLAG_SUSPEND and self.long_poll is not None:
+            hold_ms = suspend_timeout_ms if cfg.long_polling_enable else cfg.short_polling_time_mills
+            self.long_poll.hold(conn, req, topic, queue_id, queue_offset, hold_ms, codes)
+            response = None
+        else:
+            ctx.stats.on_get(0, 0)
+            response = req.response(code, status.value)
+        if response is not None:
+            response.ext_fields = {
+                "suggestWhichBrokerId": str(suggest),
+                "nextBeginOffset": str(next_begin),
+                "minOffset": str(result.min_offset),
+                "maxOffset": str(result.max_offset),
+            }
+        if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not cfg.is_slave:
+            ctx.offsets.commit(group, topic, queue_id, commit_offset)
+        return response
+
+
+def build(ctx: BrokerContext) -> PullProcessor:
+    """A PullProcessor with its LongPollService (which re-runs held requests through the processor)."""
+    proc = PullProcessor(ctx)
+    proc.long_poll = LongPollService(proc.rerun, ctx.store.get_max_offset_in_queue)
+    return proc
+
+
+def handlers(ctx: BrokerContext, proc: PullProcessor | None = None) -> dict[int, Any]:
+    proc = proc or build(ctx)
+    return {int(RequestCode.PULL_MESSAGE): proc.handle}

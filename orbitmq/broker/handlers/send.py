@@ -1,0 +1,322 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and reply sends (324/325, stored as plain
+sends): header checks in the 4.9.x order, topic auto-creation, %RETRY% → %DLQ% redirect, delay-level rewrite to
+SCHEDULE_TOPIC_XXXX, then one store append and the PutStatus → response-code mapping.
+
+Transactional half messages are refused for now (see TRANSACTION_UNSUPPORTED). Hot path: one header dict, one
+properties decode, no per-message objects besides the MessageInner.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from orbitmq.base.clock import now_ms
+from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.metadata.topics import (
+    OFFSET_MOVED_EVENT,
+    SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    validate_topic_name,
+)
+from orbitmq.model.enums import Perm, SysFlag, transaction_type
+from orbitmq.model.properties import Prop, decode_properties
+from orbitmq.protocol import (
+    HeaderError,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    ext_bool,
+    ext_int,
+    ext_str,
+    normalize_send_header,
+)
+from orbitmq.store import MessageInner, PutResult, PutStatus
+
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+VERSION_V3_4_9 = 121  # from this client version the broker honours maxReconsumeTimes in the header
+NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
+                                     TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
+TRANSACTION_UNSUPPORTED = "transaction messages are not supported yet"
+_RW = int(Perm.READ | Perm.WRITE)
+
+_PUT_CODES: dict[PutStatus, tuple[int, str | None]] = {
+    PutStatus.PUT_OK: (ResponseCode.SUCCESS, None),
+    PutStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
+    PutStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, None),
+    PutStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, None),
+    PutStatus.CREATE_MAPPED_FILE_FAILED: (ResponseCode.SYSTEM_ERROR,
+                                          "create mapped file failed, server is busy or broken."),
+    PutStatus.MESSAGE_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL,
+                                "the message is illegal, maybe msg body or properties length not matched. "
+                                "msg body length limit 4m, msg properties length limit 32k."),
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: (ResponseCode.MESSAGE_ILLEGAL,
+                                         "the message is illegal, maybe msg properties length limit 32k."),
+    PutStatus.SERVICE_NOT_AVAILABLE: (ResponseCode.SERVICE_NOT_AVAILABLE,
+                                      "service not available now. It may be caused by one of the following "
+                                      "reasons: the broker's disk is full, messages are put to the slave, "
+                                      "message store has been shut down, etc."),
+    PutStatus.OS_PAGECACHE_BUSY: (ResponseCode.SYSTEM_ERROR, "[PC_SYNCHRONIZED]broker busy, start flow control "
+                                                             "for a while"),
+    PutStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+}
+_STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
+                     PutStatus.SLAVE_NOT_AVAILABLE})
+
+_BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body crc, flag, body length
+_H = struct.Struct(">h")
+
+
+class SendReject(Exception):
+    """A send refused with a response code and remark (internal control flow only)."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = int(code)
+        self.remark = remark
+
+
+def parse_delay_levels(spec: str) -> int:
+    """Number of delay levels in messageDelayLevel ("1s 5s ... 2h")."""
+    return len([p for p in spec.split() if p])
+
+
+def decode_batch_body(body: bytes | memoryview) -> list[tuple[int, bytes, str]]:
+    """SEND_BATCH_MESSAGE body (§4.7) -> [(flag, body, properties string)]. Raises ValueError if malformed."""
+    mv = memoryview(body)
+    n = len(mv)
+    pos = 0
+    out: list[tuple[int, bytes, str]] = []
+    while pos < n:
+        if pos + 20 > n:
+            raise ValueError(f"truncated record header at {pos}")
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(mv, pos)
+        if body_len < 0 or pos + 20 + body_len + 2 > n:
+            raise ValueError(f"bad body length {body_len} at {pos}")
+        b_start = pos + 20
+        msg_body = bytes(mv[b_start:b_start + body_len])
+        p = b_start + body_len
+        (props_len,) = _H.unpack_from(mv, p)
+        if props_len < 0 or p + 2 + props_len > n:
+            raise ValueError(f"bad properties length {props_len} at {p}")
+        props = str(mv[p + 2:p + 2 + props_len], "utf-8")
+        end = p + 2 + props_len
+        if total != end - pos:
+            raise ValueError(f"record size {total} does not match its content ({end - pos}) at {pos}")
+        out.append((flag, msg_body, props))
+        pos = end
+    return out
+
+
+class SendProcessor:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        self._rr = 0  # round-robin counter for queueId < 0
+        self._valid_topics: set[str] = set()
+        self._max_delay_level = parse_delay_levels(ctx.config.message_delay_level)
+
+    def _base_ext(self) -> dict[str, str]:
+        cfg = self.ctx.config
+        return {"MSG_REGION": cfg.region_id, "TRACE_ON": "true" if cfg.trace_on else "false"}
+
+    async def handle(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
+        ext = normalize_send_header(req.ext_fields)
+        try:
+            # The C++ client marks batches with batch="1" (not a Java boolean): accept it too.
+            if req.code == RequestCode.SEND_BATCH_MESSAGE or ext_bool(ext, "batch", False) or ext.get("batch") == "1":
+                result, queue_id = await self._send_batch(conn, req, ext)
+            else:
+                result, queue_id = await self._send_one(conn, req, ext)
+        except (SendReject, HeaderError) as r:
+            code = r.code if isinstance(r, SendReject) else int(ResponseCode.SYSTEM_ERROR)
+            resp = req.response(code, str(r))
+            resp.ext_fields = self._base_ext()
+            return resp
+        return self._response(req, result, queue_id)
+
+    # ----- shared checks (§3.1 steps 1-4) -----
+    def _check_topic(self, conn: Any, ext: dict[str, str], topic: str, batch: bool) -> Any:
+        ctx = self.ctx
+        cfg = ctx.config
+        if cfg.is_slave:
+            raise SendReject(ResponseCode.SERVICE_NOT_AVAILABLE, _PUT_CODES[PutStatus.SERVICE_NOT_AVAILABLE][1] or "")
+        start = cfg.start_accept_send_request_time_stamp
+        if start and now_ms() < start:
+            raise SendReject(ResponseCode.SYSTEM_ERROR, f"broker unable to service, until {start}")
+        if topic not in self._valid_topics:
+            err = validate_topic_name(topic)
+            if err is not None:
+                code = ResponseCode.MESSAGE_ILLEGAL if batch and len(topic) > 127 else ResponseCode.SYSTEM_ERROR
+                raise SendReject(code, err)
+            if topic in NOT_ALLOWED_SEND_TOPICS:
+                raise SendReject(ResponseCode.SYSTEM_ERROR, f"Sending message to topic[{topic}] is forbidden.")
+            if len(self._valid_topics) < 100_000:
+                self._valid_topics.add(topic)
+        tc = ctx.topics.get(topic)
+        if not cfg.broker_permission & Perm.WRITE and tc is not None and tc.order:
+            raise SendReject(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] sending message is forbidden")
+        if tc is None:
+            unit = ext_bool(ext, "unitMode", False)
+            retry = topic.startswith(RETRY_PREFIX)
+            sys_flag = (2 if unit else 0) if retry else (1 if unit else 0)
+            default_topic = ext_str(ext, "defaultTopic", "TBW102")
+            default_nums = ext_int(ext, "defaultTopicQueueNums", 4)
+            tc = ctx.topics.create_on_send(topic, default_topic, default_nums, sys_flag)
+            if tc is None and retry:
+                tc = ctx.topics.create_system_topic(topic, 1, _RW, sys_flag)
+            if tc is None:
+                raise SendReject(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! "
+                                                               "(auto-create is off or the default topic cannot "
+                                                               "be inherited)")
+        return tc
+
+    def _pick_queue(self, conn: Any, tc: Any, queue_id: int) -> int:
+        if queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
+            raise SendReject(ResponseCode.SYSTEM_ERROR,
+                             f"request queueId[{queue_id}] is illegal, topic:{tc.topic_name} "
+                             f"writeQueueNums:{tc.write_queue_nums} producer:{getattr(conn, 'remote_addr', '')}")
+        if queue_id < 0:
+            self._rr += 1
+            queue_id = self._rr % max(1, tc.write_queue_nums)
+        return queue_id
+
+    # ----- single message -----
+    async def _send_one(self, conn: Any, req: RemotingCommand, ext: dict[str, str]) -> tuple[PutResult, int]:
+        ctx = self.ctx
+        topic = ext_str(ext, "topic")
+        ext_str(ext, "producerGroup")
+        queue_id = ext_int(ext, "queueId")
+        sys_flag = ext_int(ext, "sysFlag")
+        born_ts = ext_int(ext, "bornTimestamp")
+        flag = ext_int(ext, "flag")
+        tc = self._check_topic(conn, ext, topic, batch=False)
+        queue_id = self._pick_queue(conn, tc, queue_id)
+        props = decode_properties(ext.get("properties"))
+        reconsume_times = ext_int(ext, "reconsumeTimes", 0) or 0
+        if topic.startswith(RETRY_PREFIX):
+            topic, queue_id = self._retry_or_dlq(req, ext, topic, queue_id, reconsume_times, props)
+            if topic.startswith(DLQ_PREFIX):
+                tc = ctx.topics.get(topic) or tc
+        if tc.topic_filter_type == "MULTI_TAG":
+            sys_flag |= SysFlag.MULTI_TAGS
+        props[Prop.CLUSTER] = ctx.config.broker_cluster_name
+        if props.get(Prop.TRAN_MSG) == "true":
+            if ctx.config.reject_transaction_message:
+                raise SendReject(ResponseCode.NO_PERMISSION,
+                                 f"the broker[{ctx.config.broker_ip1}] sending transaction message is forbidden")
+            raise SendReject(ResponseCode.NO_PERMISSION, TRANSACTION_UNSUPPORTED)
+        resp_queue_id = queue_id
+        delay = props.get(Prop.DELAY)
+        if delay is not None and transaction_type(sys_flag) in (0, SysFlag.TRANSACTION_COMMIT):
+            topic, queue_id = self._schedule(topic, queue_id, delay, props)
+        msg = MessageInner(topic, queue_id, req.body or b"", props, flag, sys_flag, born_ts,
+                           getattr(conn, "remote_addr", "127.0.0.1:0"), ctx.store_host, reconsume_times, 0)
+        result = await ctx.store.put_message(msg)
+        return result, resp_queue_id
+
+    def _retry_or_dlq(self, req: RemotingCommand, ext: dict[str, str], topic: str, queue_id: int,
+                      reconsume_times: int, props: dict[str, str]) -> tuple[str, int]:
+        """§3.1 step 5: a %RETRY% send past its max reconsume times goes to %DLQ%<group> queue 0."""
+        ctx = self.ctx
+        group = topic[len(RETRY_PREFIX):]
+        sgc = ctx.groups.find_or_create(group)
+        if sgc is None:
+            raise SendReject(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+        max_times = sgc.retry_max_times
+        if req.version >= VERSION_V3_4_9:
+            header_max = ext_int(ext, "maxReconsumeTimes", None)
+            if header_max is not None:
+                max_times = header_max
+        if reconsume_times < max_times:
+            return topic, queue_id
+        dlq = DLQ_PREFIX + group
+        ctx.topics.create_system_topic(dlq, 1, _RW)
+        props.pop(Prop.DELAY, None)
+        return dlq, 0
+
+    def _schedule(self, topic: str, queue_id: int, delay: str, props: dict[str, str]) -> tuple[str, int]:
+        """Delay level > 0: keep the real destination in REAL_TOPIC/REAL_QID, store in SCHEDULE_TOPIC_XXXX."""
+        try:
+            level = int(delay)
+        except ValueError:
+            return topic, queue_id
+        if level <= 0:
+            return topic, queue_id
+        level = min(level, self._max_delay_level)
+        if level <= 0:
+            return topic, queue_id
+        props[Prop.DELAY] = str(level)
+        props[Prop.REAL_TOPIC] = topic
+        props[Prop.REAL_QID] = str(queue_id)
+        return SCHEDULE_TOPIC, level - 1
+
+    # ----- batch -----
+    async def _send_batch(self, conn: Any, req: RemotingCommand, ext: dict[str, str]) -> tuple[PutResult, int]:
+        ctx = self.ctx
+        topic = ext_str(ext, "topic")
+        ext_str(ext, "producerGroup")
+        queue_id = ext_int(ext, "queueId")
+        sys_flag = ext_int(ext, "sysFlag")
+        born_ts = ext_int(ext, "bornTimestamp")
+        ext_int(ext, "flag")
+        if len(topic) > 127:
+            raise SendReject(ResponseCode.MESSAGE_ILLEGAL, f"message topic length too long {len(topic)}")
+        if topic.startswith(RETRY_PREFIX):
+            raise SendReject(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {topic}")
+        tc = self._check_topic(conn, ext, topic, batch=True)
+        queue_id = self._pick_queue(conn, tc, queue_id)
+        if tc.topic_filter_type == "MULTI_TAG":
+            sys_flag |= SysFlag.MULTI_TAGS
+        if transaction_type(sys_flag) != 0:
+            raise SendReject(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
+        try:
+            records = decode_batch_body(req.body or b"")
+        except ValueError as e:
+            raise SendReject(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}") from None
+        if not records:
+            raise SendReject(ResponseCode.MESSAGE_ILLEGAL, "empty batch body")
+        batch_props = decode_properties(ext.get("properties"))
+        batch_props[Prop.CLUSTER] = ctx.config.broker_cluster_name
+        born_host = getattr(conn, "remote_addr", "127.0.0.1:0")
+        store_host = ctx.store_host
+        msgs: list[MessageInner] = []
+        for flag, body, prop_text in records:
+            props = decode_properties(prop_text)
+            props.update(batch_props)
+            if props.get(Prop.DELAY, "0") not in ("0", ""):
+                raise SendReject(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot have a delay level")
+            if props.get(Prop.TRAN_MSG) == "true":
+                raise SendReject(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
+            msgs.append(MessageInner(topic, queue_id, body, props, flag, sys_flag, born_ts, born_host,
+                                     store_host, 0, 0))
+        result = await ctx.store.put_messages(msgs)
+        return result, queue_id
+
+    # ----- response -----
+    def _response(self, req: RemotingCommand, result: PutResult, queue_id: int) -> RemotingCommand:
+        status = result.status
+        code, remark = _PUT_CODES.get(status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR DEFAULT"))
+        resp = req.response(code, remark)
+        ext = self._base_ext()
+        if status in _STORED:
+            ext["msgId"] = ",".join(result.msg_ids)
+            ext["queueId"] = str(queue_id)
+            ext["queueOffset"] = str(result.queue_offset)
+            self.ctx.stats.on_put(result.msg_count or 1, result.wrote_bytes)
+        resp.ext_fields = ext
+        return resp
+
+
+def handlers(ctx: BrokerContext) -> dict[int, Any]:
+    proc = SendProcessor(ctx)
+    return {
+        int(RequestCode.SEND_MESSAGE): proc.handle,
+        int(RequestCode.SEND_MESSAGE_V2): proc.handle,
+        int(RequestCode.SEND_BATCH_MESSAGE): proc.handle,
+        int(RequestCode.SEND_REPLY_MESSAGE): proc.handle,
+        int(RequestCode.SEND_REPLY_MESSAGE_V2): proc.handle,
+    }

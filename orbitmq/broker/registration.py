@@ -1,0 +1,132 @@
+"""Name-server registration: REGISTER_BROKER to every name server at start, every registerNameServerPeriod and
+soon (debounced) after topic changes; UNREGISTER_BROKER at stop. Failures are logged and retried next period.
+
+Talks to name servers through orbitmq.remoting + orbitmq.protocol only (never the client SDK).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from orbitmq.broker.config import BrokerConfig
+from orbitmq.model.enums import Perm
+from orbitmq.model.topic import TopicConfig
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.protocol.bodies import DataVersion, RegisterBrokerBody, TopicConfigSerializeWrapper
+from orbitmq.remoting import RemotingClient
+
+log = logging.getLogger("orbitmq.broker.registration")
+
+# Change-triggered registrations start at once (Java registers inside the topic creation, so a producer that
+# auto-created a topic finds its route right after the send) but are spaced at least this far apart, so a burst
+# of topic creations costs a handful of registrations.
+MIN_SPACING_MS = 100
+
+
+class BrokerRegistration:
+    def __init__(self, config_fn: Callable[[], BrokerConfig], topics: Any, client: RemotingClient) -> None:
+        self._config_fn = config_fn  # the broker's current config (ports are known only after bind)
+        self._topics = topics
+        self._client = client
+        self._wakeup = asyncio.Event()
+        self.master_addr: str | None = None  # from the name server's answer (slaves)
+        self.ha_master_addr: str | None = None
+        self.success_count = 0
+        self.failure_count = 0
+
+    def request_soon(self) -> None:
+        """Ask for a re-registration soon (topic table changed); coalesced with other requests."""
+        self._wakeup.set()
+
+    def build_body(self) -> bytes:
+        cfg = self._config_fn()
+        table: dict[str, TopicConfig] = self._topics.all()
+        perm = cfg.broker_permission
+        if not (perm & Perm.WRITE and perm & Perm.READ):
+            table = {name: TopicConfig(tc.topic_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm & perm,
+                                       tc.topic_filter_type, tc.topic_sys_flag, tc.order)
+                     for name, tc in table.items()}
+        dv = self._topics.data_version
+        wrapper = TopicConfigSerializeWrapper(table, DataVersion(timestamp=dv.timestamp, counter=dv.counter))
+        return RegisterBrokerBody(wrapper, []).encode(compressed=cfg.compressed_register)
+
+    def _header(self, cfg: BrokerConfig) -> dict[str, str]:
+        return {
+            "brokerName": cfg.broker_name,
+            "brokerAddr": cfg.broker_addr,
+            "clusterName": cfg.broker_cluster_name,
+            "brokerId": str(cfg.broker_id),
+        }
+
+    async def register_all(self) -> int:
+        """One REGISTER_BROKER to every name server (concurrently); returns how many succeeded."""
+        cfg = self._config_fn()
+        addrs = cfg.namesrv_addrs
+        if not addrs:
+            return 0
+        body = self.build_body()
+        ext = self._header(cfg)
+        ext["haServerAddr"] = cfg.ha_server_addr
+        ext["compressed"] = "true" if cfg.compressed_register else "false"
+        ext["bodyCrc32"] = str(zlib.crc32(body) & 0x7FFFFFFF)
+        results = await asyncio.gather(*(self._register_one(a, ext, body, cfg.register_broker_timeout_mills)
+                                         for a in addrs))
+        return sum(1 for ok in results if ok)
+
+    async def _register_one(self, addr: str, ext: dict[str, str], body: bytes, timeout_ms: int) -> bool:
+        cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, dict(ext), body)
+        try:
+            resp = await self._client.invoke(addr, cmd, timeout_ms)
+        except Exception as e:
+            self.failure_count += 1
+            log.warning("register broker to name server %s failed: %s", addr, e)
+            return False
+        if resp.code != ResponseCode.SUCCESS:
+            self.failure_count += 1
+            log.warning("register broker to name server %s refused: code %d %s", addr, resp.code, resp.remark)
+            return False
+        rext = resp.ext_fields or {}
+        if rext.get("masterAddr"):
+            self.master_addr = rext["masterAddr"]
+        if rext.get("haServerAddr"):
+            self.ha_master_addr = rext["haServerAddr"]
+        self.success_count += 1
+        return True
+
+    async def unregister_all(self) -> None:
+        cfg = self._config_fn()
+        addrs = cfg.namesrv_addrs
+        if not addrs:
+            return
+
+        async def one(addr: str) -> None:
+            cmd = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, self._header(cfg))
+            try:
+                resp = await self._client.invoke(addr, cmd, min(cfg.register_broker_timeout_mills, 3000))
+                if resp.code != ResponseCode.SUCCESS:
+                    log.warning("unregister from name server %s: code %d %s", addr, resp.code, resp.remark)
+            except Exception as e:
+                log.warning("unregister from name server %s failed: %s", addr, e)
+
+        await asyncio.gather(*(one(a) for a in addrs))
+
+    async def run_loop(self) -> None:
+        """Periodic registration; a topic change triggers one right away (coalesced, spaced MIN_SPACING_MS)."""
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while True:
+            period_s = self._config_fn().register_name_server_period / 1000
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout=period_s)
+                gap = MIN_SPACING_MS / 1000 - (loop.time() - last)
+                if gap > 0:
+                    await asyncio.sleep(gap)
+            except TimeoutError:
+                pass
+            self._wakeup.clear()  # changes made from here on trigger the next round
+            last = loop.time()
+            await self.register_all()

@@ -1,0 +1,46 @@
+"""Router: one dict lookup from request code to handler; unknown codes get REQUEST_CODE_NOT_SUPPORTED.
+
+While the broker is stopping, new requests are refused with SERVICE_NOT_AVAILABLE (clients retry elsewhere).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from orbitmq.protocol import RemotingCommand, ResponseCode
+
+_NOT_SUPPORTED = int(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+
+
+class Router:
+    __slots__ = ("_table", "accepting")
+
+    def __init__(self, table: Mapping[int, Any]) -> None:
+        self._table: dict[int, Any] = {int(k): v for k, v in table.items()}
+        self.accepting = True
+
+    def __call__(self, conn: Any, cmd: RemotingCommand) -> Any:
+        handler = self._table.get(cmd.code)
+        if handler is None:
+            if cmd.is_oneway:
+                return None
+            return cmd.response(_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+        if not self.accepting:
+            if cmd.is_oneway:
+                return None
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "broker is shutting down")
+        return handler(conn, cmd)
+
+    def add(self, table: Mapping[int, Any]) -> None:
+        for code, handler in table.items():
+            self._table[int(code)] = handler
+
+    def without(self, codes: Iterable[int]) -> Router:
+        """A router with the same handlers except `codes` (the VIP channel has no PULL_MESSAGE)."""
+        drop = {int(c) for c in codes}
+        return Router({c: h for c, h in self._table.items() if c not in drop})
+
+    @property
+    def codes(self) -> frozenset[int]:
+        return frozenset(self._table)

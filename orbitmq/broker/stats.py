@@ -1,0 +1,115 @@
+"""BrokerStats: put/get message and byte counters with per-second buckets for TPS (10 s / 60 s / 600 s).
+
+Hot path cost: one clock read and a few integer adds per send/pull. No background task: buckets roll lazily.
+Read by GET_BROKER_RUNTIME_INFO (runtime_info() uses the Java key names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date
+
+from orbitmq.base.clock import monotonic_ms
+
+_WINDOW_S = 600
+_PUT_MSGS, _PUT_BYTES, _GET_MSGS, _GET_BYTES, _GET_FOUND, _GET_MISS = range(6)
+_NSERIES = 6
+
+
+class BrokerStats:
+    __slots__ = ("put_msgs_total", "put_bytes_total", "get_msgs_total", "get_bytes_total", "get_found_total",
+                 "get_miss_total", "_buckets", "_sec", "_clock", "_today", "_today_morning",
+                 "_yesterday_morning", "_today_fn")
+
+    def __init__(self, clock_ms: Callable[[], int] = monotonic_ms, today: Callable[[], date] = date.today) -> None:
+        self.put_msgs_total = 0
+        self.put_bytes_total = 0
+        self.get_msgs_total = 0
+        self.get_bytes_total = 0
+        self.get_found_total = 0  # pulls that returned messages
+        self.get_miss_total = 0  # pulls that found nothing
+        # _buckets[series][sec % WINDOW] = count in that second
+        self._buckets = [[0] * _WINDOW_S for _ in range(_NSERIES)]
+        self._clock = clock_ms
+        self._sec = clock_ms() // 1000
+        self._today_fn = today
+        self._today = today()
+        self._today_morning = (0, 0)  # (put, get) totals at the start of today
+        self._yesterday_morning = (0, 0)
+
+    def _roll(self) -> int:
+        sec = self._clock() // 1000
+        if sec != self._sec:
+            gap = min(sec - self._sec, _WINDOW_S)
+            for series in self._buckets:
+                for i in range(1, gap + 1):
+                    series[(self._sec + i) % _WINDOW_S] = 0
+            self._sec = sec
+            d = self._today_fn()
+            if d != self._today:
+                self._yesterday_morning = self._today_morning
+                self._today_morning = (self.put_msgs_total, self.get_msgs_total)
+                self._today = d
+        return sec % _WINDOW_S
+
+    def on_put(self, msg_count: int, size_bytes: int) -> None:
+        i = self._roll()
+        self.put_msgs_total += msg_count
+        self.put_bytes_total += size_bytes
+        b = self._buckets
+        b[_PUT_MSGS][i] += msg_count
+        b[_PUT_BYTES][i] += size_bytes
+
+    def on_get(self, msg_count: int, size_bytes: int) -> None:
+        i = self._roll()
+        b = self._buckets
+        if msg_count:
+            self.get_msgs_total += msg_count
+            self.get_bytes_total += size_bytes
+            self.get_found_total += 1
+            b[_GET_MSGS][i] += msg_count
+            b[_GET_BYTES][i] += size_bytes
+            b[_GET_FOUND][i] += 1
+        else:
+            self.get_miss_total += 1
+            b[_GET_MISS][i] += 1
+
+    def _rate(self, series: int, window_s: int) -> float:
+        """Average per second over the last window_s complete seconds."""
+        cur = self._roll()
+        s = self._buckets[series]
+        total = 0
+        for k in range(1, window_s + 1):
+            total += s[(cur - k) % _WINDOW_S]
+        return total / window_s
+
+    def put_tps(self, window_s: int = 60) -> float:
+        return self._rate(_PUT_MSGS, window_s)
+
+    def get_tps(self, window_s: int = 60) -> float:
+        return self._rate(_GET_MSGS, window_s)
+
+    def _tps_triplet(self, series: int) -> str:
+        return " ".join(f"{self._rate(series, w):.2f}" for w in (10, 60, 600))
+
+    def runtime_info(self) -> dict[str, str]:
+        """Java GET_BROKER_RUNTIME_INFO keys that come from broker statistics (values as strings)."""
+        self._roll()
+        return {
+            "msgPutTotalTodayNow": str(self.put_msgs_total),
+            "msgGetTotalTodayNow": str(self.get_msgs_total),
+            "msgPutTotalTodayMorning": str(self._today_morning[0]),
+            "msgGetTotalTodayMorning": str(self._today_morning[1]),
+            "msgPutTotalYesterdayMorning": str(self._yesterday_morning[0]),
+            "msgGetTotalYesterdayMorning": str(self._yesterday_morning[1]),
+            "putTps": self._tps_triplet(_PUT_MSGS),
+            "getTransferedTps": self._tps_triplet(_GET_MSGS),
+            "getFoundTps": self._tps_triplet(_GET_FOUND),
+            "getMissTps": self._tps_triplet(_GET_MISS),
+            "getTotalTps": " ".join(
+                f"{self._rate(_GET_FOUND, w) + self._rate(_GET_MISS, w):.2f}" for w in (10, 60, 600)
+            ),
+            "sendThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueSize": "0",
+            "queryThreadPoolQueueSize": "0",
+        }

@@ -1,0 +1,208 @@
+"""`orbitmq produce` and `orbitmq consume`: send and print messages with the OrbitMQ SDK (orbitmq.client).
+
+produce sends --body N times or one message per stdin line; consume prints messages as a push-consumer group
+member and stops after -n messages (or on Ctrl-C / --idle-timeout), committing exactly what it printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import click
+import orjson
+
+from orbitmq.cli import EXIT_FAILURE, CliError, run_async
+from orbitmq.cli.admin import DEFAULT_NAMESRV, code_name, fmt_ms
+from orbitmq.model import Message, MessageExt
+
+
+def response_error(exc: Exception) -> CliError:
+    """SDK ResponseError -> `CODE_NAME: remark`; other SDK errors -> their text."""
+    code = getattr(exc, "code", None)
+    if isinstance(code, int) and code >= 0 and hasattr(exc, "remark"):
+        remark = " ".join(str(getattr(exc, "remark", "")).split()) or "(no remark)"
+        return CliError(f"{code_name(code)}: {remark}", EXIT_FAILURE)
+    return CliError(" ".join(str(exc).split()) or type(exc).__name__, EXIT_FAILURE)
+
+
+def _parse_properties(items: tuple[str, ...]) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--property")
+        props[key] = value
+    return props
+
+
+def _bodies(body: str | None, count: int) -> Any:
+    """(index, bytes) pairs: --body repeated `count` times ('{i}' replaced by the index), else stdin lines."""
+    if body is not None:
+        for i in range(count):
+            yield i, body.replace("{i}", str(i)).encode()
+        return
+    for i, line in enumerate(sys.stdin):
+        if count and i >= count:
+            return
+        yield i, line.rstrip("\n").encode()
+
+
+@click.command("produce")
+@click.option("-t", "--topic", required=True)
+@click.option("--tag", default=None, help="message tag")
+@click.option("--key", "keys", default=None, help="message key(s), space separated")
+@click.option("-n", "--count", type=int, default=None,
+              help="messages to send (with --body: default 1; from stdin: at most this many lines)")
+@click.option("--body", default=None, help="message body ('{i}' becomes the message index); default: stdin lines")
+@click.option("-p", "--property", "properties", multiple=True, help="user property KEY=VALUE (repeatable)")
+@click.option("--delay-level", type=int, default=0, help="delay level 1..18 (1s 5s 10s 30s 1m ...)")
+@click.option("-g", "--group", default="orbitmq-cli-producer", show_default=True, help="producer group")
+@click.option("--namesrv", "namesrv", envvar="NAMESRV_ADDR", default=DEFAULT_NAMESRV, show_default=True,
+              help="name server list (env NAMESRV_ADDR)")
+@click.option("-q", "--quiet", is_flag=True, help="print only the summary line")
+@click.option("--json", "json_mode", is_flag=True, help="one JSON object per sent message")
+def produce_command(topic: str, tag: str | None, keys: str | None, count: int | None, body: str | None,
+                    properties: tuple[str, ...], delay_level: int, group: str, namesrv: str, quiet: bool,
+                    json_mode: bool) -> None:
+    """Send messages to a topic."""
+    props = _parse_properties(properties)
+    if body is None and sys.stdin.isatty():
+        click.echo("reading message bodies from stdin, one per line (Ctrl-D to end)", err=True)
+    n = count if count is not None else (1 if body is not None else 0)
+    run_async(_produce(topic, tag, keys, n, body, props, delay_level, group, namesrv, quiet, json_mode))
+
+
+async def _produce(topic: str, tag: str | None, keys: str | None, count: int, body: str | None,
+                   props: dict[str, str], delay_level: int, group: str, namesrv: str, quiet: bool,
+                   json_mode: bool) -> None:
+    from orbitmq.client import Producer
+
+    producer = Producer(group, namesrv=namesrv)
+    sent = 0
+    t0 = time.perf_counter()
+    try:
+        await producer.start()
+        for i, payload in _bodies(body, count):
+            msg = Message(topic, payload, dict(props))
+            if tag:
+                msg.tags = tag
+            if keys:
+                msg.keys = keys
+            if delay_level:
+                msg.delay_level = delay_level
+            result = await producer.send(msg)
+            sent += 1
+            if json_mode:
+                click.echo(orjson.dumps({
+                    "index": i, "status": result.status.value, "msgId": result.msg_id,
+                    "offsetMsgId": result.offset_msg_id, "brokerName": result.message_queue.broker_name,
+                    "queueId": result.message_queue.queue_id, "queueOffset": result.queue_offset}).decode())
+            elif not quiet:
+                mq = result.message_queue
+                click.echo(f"{result.status.value} msgId={result.msg_id} queue={mq.broker_name}/{mq.queue_id} "
+                           f"offset={result.queue_offset}")
+    except CliError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - SDK errors become the one-line error
+        if sent:
+            click.echo(f"sent {sent} message(s) before the error", err=True)
+        raise response_error(exc) from None
+    finally:
+        await producer.shutdown()
+    elapsed = time.perf_counter() - t0
+    if not json_mode:
+        rate = sent / elapsed if elapsed > 0 else 0.0
+        click.echo(f"sent {sent} message(s) to {topic} in {elapsed:.2f} s ({rate:,.0f} msgs/s)", err=not quiet)
+
+
+def format_message(m: MessageExt, mode: str) -> str:
+    if mode == "json":
+        return orjson.dumps({
+            "topic": m.topic, "msgId": m.msg_id, "offsetMsgId": m.offset_msg_id, "tags": m.tags,
+            "keys": m.keys, "queueId": m.queue_id, "queueOffset": m.queue_offset, "storeHost": m.store_host,
+            "storeTimestamp": m.store_timestamp, "bornTimestamp": m.born_timestamp,
+            "reconsumeTimes": m.reconsume_times, "properties": m.properties,
+            "body": m.body.decode("utf-8", errors="replace")}).decode()
+    text = m.body.decode("utf-8", errors="replace")
+    if mode == "body":
+        return text
+    head = (f"[{m.topic} q{m.queue_id}@{m.queue_offset} {fmt_ms(m.store_timestamp)}] msgId={m.msg_id}"
+            + (f" tags={m.tags}" if m.tags else "") + (f" keys={' '.join(m.keys)}" if m.keys else ""))
+    return f"{head}\n{text}"
+
+
+@click.command("consume")
+@click.option("-t", "--topic", required=True)
+@click.option("-g", "--group", default=None, help="consumer group (default: a new group per run)")
+@click.option("-e", "--expression", default="*", show_default=True, help="tag expression, e.g. 'TagA || TagB'")
+@click.option("-n", "--count", type=int, default=0, help="stop after this many messages (0: until Ctrl-C)")
+@click.option("--from-beginning", is_flag=True,
+              help="a group with no committed offset starts at the oldest message (else at the newest)")
+@click.option("--idle-timeout", type=float, default=0.0, help="give up after this many seconds without a message")
+@click.option("--broadcast", is_flag=True, help="BROADCASTING model (offsets kept locally)")
+@click.option("--namesrv", "namesrv", envvar="NAMESRV_ADDR", default=DEFAULT_NAMESRV, show_default=True,
+              help="name server list (env NAMESRV_ADDR)")
+@click.option("--format", "fmt", type=click.Choice(["text", "body", "json"]), default="text", show_default=True,
+              help="text: header + body; body: bodies only; json: one object per line")
+def consume_command(topic: str, group: str | None, expression: str, count: int, from_beginning: bool,
+                    idle_timeout: float, broadcast: bool, namesrv: str, fmt: str) -> None:
+    """Print messages of a topic as a push-consumer group member."""
+    group = group or f"orbitmq-cli-{os.getpid()}-{int(time.time())}"
+    if sys.stderr.isatty():
+        click.echo(f"consuming {topic} as group {group} (Ctrl-C to stop)", err=True)
+    got = run_async(_consume(topic, group, expression, count, from_beginning, idle_timeout, broadcast, namesrv,
+                             fmt))
+    if count and got < count:
+        raise CliError(f"received {got} of {count} message(s) before the idle timeout", EXIT_FAILURE)
+
+
+async def _consume(topic: str, group: str, expression: str, count: int, from_beginning: bool,
+                   idle_timeout: float, broadcast: bool, namesrv: str, fmt: str) -> int:
+    from orbitmq.client import ConsumeResult, PushConsumer
+
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    never = asyncio.Event()
+    state = {"printed": 0, "last": time.monotonic()}
+
+    async def listener(msgs: list[MessageExt]) -> ConsumeResult:
+        for m in msgs:
+            if count and state["printed"] >= count:
+                # Past the limit: hold the message until shutdown cancels us, so its offset is not committed.
+                await never.wait()
+            click.echo(format_message(m, fmt))
+            state["printed"] += 1
+            state["last"] = time.monotonic()
+            if count and state["printed"] >= count:
+                done.set()
+        return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(
+        group, namesrv=namesrv, message_model="BROADCASTING" if broadcast else "CLUSTERING",
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET" if from_beginning else "CONSUME_FROM_LAST_OFFSET",
+        consume_concurrency=1, consume_batch_size=1, listener_in_thread=False,
+    )
+    consumer.subscribe(topic, expression, listener)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, done.set)
+    try:
+        try:
+            await consumer.start()
+        except Exception as exc:  # noqa: BLE001
+            raise response_error(exc) from None
+        while not done.is_set():
+            try:
+                await asyncio.wait_for(done.wait(), 0.5)
+            except TimeoutError:
+                if idle_timeout and time.monotonic() - state["last"] > idle_timeout:
+                    break
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await consumer.shutdown()
+    return state["printed"]

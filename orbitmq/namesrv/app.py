@@ -1,0 +1,62 @@
+"""NameServer: composition root of the name server (wiring and start/stop order only)."""
+
+from __future__ import annotations
+
+import logging
+
+from orbitmq.base.clock import REAL_CLOCK, Clock
+from orbitmq.namesrv.config import NamesrvConfig
+from orbitmq.namesrv.handlers import NamesrvHandlers
+from orbitmq.namesrv.kv_config import KvConfig
+from orbitmq.namesrv.liveness import BrokerLiveness
+from orbitmq.namesrv.route_table import RouteTable
+from orbitmq.remoting import Connection, RemotingServer
+
+log = logging.getLogger(__name__)
+
+
+class NameServer:
+    def __init__(self, config: NamesrvConfig, *, clock: Clock = REAL_CLOCK) -> None:
+        config.validate()
+        self.config = config
+        self.table = RouteTable(
+            config.broker_channel_expired_time_ms,
+            delete_topic_with_broker_registration=config.delete_topic_with_broker_registration,
+        )
+        self.kv = KvConfig(config.kv_config_path)
+        self.handlers = NamesrvHandlers(self.table, self.kv, config, clock)
+        self.liveness = BrokerLiveness(self.table, config.scan_not_active_broker_interval_ms, clock)
+        self.server = RemotingServer(
+            self.handlers, config.listen_host, config.listen_port, name="namesrv",
+            on_close=self._on_connection_closed,
+            idle_timeout_s=config.server_channel_max_idle_time_seconds,
+        )
+        self._started = False
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def addr(self) -> str:
+        host = "127.0.0.1" if self.config.listen_host in ("0.0.0.0", "", "::") else self.config.listen_host
+        return f"{host}:{self.port}"
+
+    def _on_connection_closed(self, conn: Connection) -> None:
+        self.liveness.on_channel_closed(conn)
+
+    async def start(self) -> None:
+        """Load the KV table (ConfigError if corrupt), listen (ConfigError if the port is taken), scan."""
+        self.kv.load()
+        await self.server.start()
+        self.liveness.start()
+        self._started = True
+        log.info("name server started on port %d (kv config %s)", self.port, self.config.kv_config_path)
+
+    async def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        await self.liveness.stop()
+        await self.server.stop()
+        log.info("name server on port %d stopped", self.port)

@@ -1,0 +1,154 @@
+"""NamesrvConfig (frozen) and the namesrv.conf reader (Java properties syntax, RocketMQ key names).
+
+Owns the camelCase ↔ snake_case alias table for the name server; nothing else here reads files.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from orbitmq.base.errors import ConfigError
+
+
+def _default_kv_config_path() -> str:
+    return str(Path.home() / "namesrv" / "kvConfig.json")
+
+
+@dataclass(frozen=True)
+class NamesrvConfig:
+    listen_port: int = field(default=9876, metadata={"important": True})
+    listen_host: str = "0.0.0.0"
+    scan_not_active_broker_interval_ms: int = 5000
+    broker_channel_expired_time_ms: int = field(default=120_000, metadata={"important": True})
+    order_message_enable: bool = False
+    kv_config_path: str = field(default_factory=_default_kv_config_path)
+    rocketmq_home: str = ""
+    product_env_name: str = "center"
+    cluster_test: bool = False
+    # 5.x: drop a topic's queue data for a broker when the master's full registration no longer lists it
+    delete_topic_with_broker_registration: bool = False
+    # answer GET_ALL_TOPIC_LIST_FROM_NAMESERVER / GET_TOPICS_BY_CLUSTER (5.x switches, default on)
+    enable_all_topic_list: bool = True
+    enable_topic_list: bool = True
+    server_channel_max_idle_time_seconds: int = 120
+
+    def validate(self) -> None:
+        if not 0 <= self.listen_port <= 65535:
+            raise ConfigError(f"namesrv: listenPort {self.listen_port} out of range 0..65535")
+        if self.scan_not_active_broker_interval_ms <= 0:
+            raise ConfigError("namesrv: scanNotActiveBrokerInterval must be > 0")
+        if self.broker_channel_expired_time_ms <= 0:
+            raise ConfigError("namesrv: brokerChannelExpiredTime must be > 0")
+        if not self.kv_config_path:
+            raise ConfigError("namesrv: kvConfigPath must not be empty")
+
+
+# namesrv.conf key -> NamesrvConfig field
+CONF_KEYS: dict[str, str] = {
+    "listenPort": "listen_port",
+    "listenHost": "listen_host",
+    "bindAddress": "listen_host",
+    "scanNotActiveBrokerInterval": "scan_not_active_broker_interval_ms",
+    "brokerChannelExpiredTime": "broker_channel_expired_time_ms",
+    "orderMessageEnable": "order_message_enable",
+    "kvConfigPath": "kv_config_path",
+    "rocketmqHome": "rocketmq_home",
+    "productEnvName": "product_env_name",
+    "clusterTest": "cluster_test",
+    "deleteTopicWithBrokerRegistration": "delete_topic_with_broker_registration",
+    "enableAllTopicList": "enable_all_topic_list",
+    "enableTopicList": "enable_topic_list",
+    "serverChannelMaxIdleTimeSeconds": "server_channel_max_idle_time_seconds",
+}
+
+# Java keys that tune Netty/JVM thread pools or 5.x features we do not have: accepted without effect.
+_IGNORED_KEYS = frozenset(
+    {
+        "configStorePath", "serverWorkerThreads", "serverCallbackExecutorThreads", "serverSelectorThreads",
+        "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue", "serverSocketSndBufSize",
+        "serverSocketRcvBufSize", "serverPooledByteBufAllocatorEnable", "useEpollNativeSelector",
+        "writeBufferHighWaterMark", "writeBufferLowWaterMark", "serverSocketBacklog",
+        "defaultThreadPoolNums", "clientRequestThreadPoolNums", "defaultThreadPoolQueueCapacity",
+        "clientRequestThreadPoolQueueCapacity", "unRegisterBrokerQueueCapacity", "supportActingMaster",
+        "notifyMinBrokerIdChanged", "enableControllerInNamesrv", "needWaitForService", "waitSecondsForService",
+        "configBlackList", "returnOrderTopicConfigToBroker",
+    }
+)
+
+_FIELD_TYPES: dict[str, Any] = {f.name: f.type for f in fields(NamesrvConfig)}
+
+
+def parse_properties(text: str) -> list[tuple[int, str, str]]:
+    """Java .properties lines → (line number, key, value); '#'/'!' comments, '=' ':' or blank separators,
+    trailing-backslash continuation, surrounding whitespace stripped."""
+    out: list[tuple[int, str, str]] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        lineno = i + 1
+        line = lines[i].strip()
+        i += 1
+        while line.endswith("\\") and not line.endswith("\\\\") and i < len(lines):
+            line = line[:-1] + lines[i].strip()
+            i += 1
+        if not line or line[0] in "#!":
+            continue
+        sep = len(line)
+        for j, ch in enumerate(line):
+            if ch in "=:" or ch.isspace():
+                sep = j
+                break
+        key = line[:sep].strip()
+        rest = line[sep:].lstrip()
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:]
+        out.append((lineno, key, rest.strip()))
+    return out
+
+
+def _coerce(source: str, key: str, value: str, type_name: Any) -> Any:
+    t = type_name if isinstance(type_name, str) else getattr(type_name, "__name__", str(type_name))
+    if t == "int":
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"{source}: {key}: {value!r} is not an integer") from None
+    if t == "bool":
+        low = value.lower()
+        if low in ("true", "false"):
+            return low == "true"
+        raise ConfigError(f"{source}: {key}: {value!r} is not a boolean (true/false)")
+    return value
+
+
+def namesrv_config_from_properties(
+    props: list[tuple[int, str, str]], source: str = "namesrv.conf", base: NamesrvConfig | None = None
+) -> tuple[NamesrvConfig, list[str]]:
+    values: dict[str, Any] = {}
+    warnings: list[str] = []
+    for lineno, key, value in props:
+        field_name = CONF_KEYS.get(key)
+        if field_name is None:
+            if key not in _IGNORED_KEYS:
+                warnings.append(f"{source}:{lineno}: unknown key {key!r} ignored")
+            continue
+        coerced = _coerce(source, key, value, _FIELD_TYPES[field_name])
+        if field_name == "kv_config_path":
+            coerced = os.path.expanduser(coerced)
+        values[field_name] = coerced
+    config = replace(base or NamesrvConfig(), **values)
+    config.validate()
+    return config, warnings
+
+
+def load_namesrv_conf(path: str | os.PathLike[str]) -> tuple[NamesrvConfig, list[str]]:
+    """Read a RocketMQ namesrv.conf; returns (config, warnings for unknown keys). Bad values → ConfigError."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read name server config {p}: {e.strerror or e}") from None
+    return namesrv_config_from_properties(parse_properties(text), source=p.name)

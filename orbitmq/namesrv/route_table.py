@@ -1,0 +1,374 @@
+"""The name server's routing state (RocketMQ RouteInfoManager), pure and sans-IO.
+
+Owns broker groups, clusters, per-topic queue data and broker liveness. Time comes in as `now_ms`
+arguments; a broker's connection is an opaque `channel` token. No asyncio, sockets or clocks here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from orbitmq.base.invariant import check
+from orbitmq.model.enums import Perm
+from orbitmq.model.topic import TopicConfig
+
+MASTER_ID = 0
+# TopicConfig.topicSysFlag bits used by the unit-topic queries (311-313)
+FLAG_UNIT = 0x1
+FLAG_UNIT_SUB = 0x2
+
+# A broker's DataVersion as compared by the name server: (timestamp, counter, state_version).
+VersionStamp = tuple[int, ...]
+
+
+@dataclass(slots=True)
+class QueueInfo:
+    """QueueData of one broker group for one topic."""
+
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int = 0
+
+
+@dataclass(slots=True)
+class BrokerGroup:
+    """BrokerData: the addresses of one broker name (id 0 = master)."""
+
+    cluster: str
+    broker_name: str
+    addrs: dict[int, str] = field(default_factory=dict)
+
+    def copy(self) -> BrokerGroup:
+        return BrokerGroup(self.cluster, self.broker_name, dict(self.addrs))
+
+    def master_addr(self) -> str | None:
+        return self.addrs.get(MASTER_ID)
+
+
+@dataclass(slots=True)
+class LiveInfo:
+    cluster: str
+    broker_name: str
+    broker_id: int
+    last_update_ms: int
+    data_version: VersionStamp | None
+    channel: object
+    ha_server_addr: str
+
+
+@dataclass(slots=True)
+class RegisterResult:
+    ha_server_addr: str | None = None
+    master_addr: str | None = None
+    first_registration: bool = False
+    queue_data_rebuilt: bool = False
+
+
+@dataclass(slots=True)
+class TopicRoute:
+    queue_datas: list[QueueInfo]
+    broker_groups: list[BrokerGroup]
+    filter_servers: dict[str, list[str]]
+
+
+@dataclass(slots=True)
+class RemovedBroker:
+    addr: str
+    channel: object
+    broker_name: str
+
+
+class RouteTable:
+    """All routing state of one name server. Every mutation keeps the cross-table invariants."""
+
+    def __init__(self, broker_channel_expired_time_ms: int = 120_000, *,
+                 delete_topic_with_broker_registration: bool = False) -> None:
+        self.expired_time_ms = broker_channel_expired_time_ms
+        self.delete_topic_with_broker_registration = delete_topic_with_broker_registration
+        self._topics: dict[str, dict[str, QueueInfo]] = {}  # topic -> broker name -> queue data
+        self._groups: dict[str, BrokerGroup] = {}  # broker name -> group
+        self._clusters: dict[str, set[str]] = {}  # cluster -> broker names
+        self._live: dict[str, LiveInfo] = {}  # broker addr -> liveness
+        self._filter_servers: dict[str, list[str]] = {}  # broker addr -> filter servers
+
+    # ---- registration -------------------------------------------------------------------------------
+    def register(
+        self,
+        *,
+        cluster: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str,
+        data_version: VersionStamp | None,
+        topic_configs: Iterable[TopicConfig] | None,
+        now_ms: int,
+        channel: object = None,
+        filter_servers: list[str] | None = None,
+    ) -> RegisterResult:
+        """REGISTER_BROKER. Queue data is rebuilt from a master's topics on its first registration or when
+        its DataVersion differs from the one last seen for this address."""
+        result = RegisterResult()
+        prev = self._live.get(broker_addr)
+        if prev is not None and prev.broker_name != broker_name:
+            self._remove_addr(broker_addr)  # the address now serves another broker name
+        self._clusters.setdefault(cluster, set()).add(broker_name)
+        group = self._groups.get(broker_name)
+        first = group is None
+        if group is None:
+            group = BrokerGroup(cluster, broker_name)
+            self._groups[broker_name] = group
+        elif group.cluster != cluster:
+            # the group moved to another cluster: keep cluster membership consistent
+            self._discard_cluster_member(group.cluster, broker_name)
+            group.cluster = cluster
+        # one id per address: a slave promoted in place (same ip:port, id 1 -> 0) drops its old entry
+        for bid in [bid for bid, addr in group.addrs.items() if addr == broker_addr and bid != broker_id]:
+            del group.addrs[bid]
+        old_addr = group.addrs.get(broker_id)
+        if old_addr is not None and old_addr != broker_addr:
+            # another process took this id: forget the previous one's liveness
+            self._live.pop(old_addr, None)
+            self._filter_servers.pop(old_addr, None)
+        group.addrs[broker_id] = broker_addr
+        first = first or old_addr is None
+        result.first_registration = first
+
+        if topic_configs is not None and broker_id == MASTER_ID:
+            if first or self.is_data_version_changed(broker_addr, data_version):
+                self._rebuild_queue_data(broker_name, topic_configs)
+                result.queue_data_rebuilt = True
+
+        self._live[broker_addr] = LiveInfo(cluster, broker_name, broker_id, now_ms, data_version, channel,
+                                           ha_server_addr)
+        if filter_servers is not None:
+            if filter_servers:
+                self._filter_servers[broker_addr] = list(filter_servers)
+            else:
+                self._filter_servers.pop(broker_addr, None)
+
+        if broker_id != MASTER_ID:
+            master = group.addrs.get(MASTER_ID)
+            if master is not None:
+                master_live = self._live.get(master)
+                if master_live is not None:
+                    result.ha_server_addr = master_live.ha_server_addr
+                    result.master_addr = master
+        self._check_group(broker_name)
+        return result
+
+    def _rebuild_queue_data(self, broker_name: str, topic_configs: Iterable[TopicConfig]) -> None:
+        seen: set[str] = set()
+        for tc in topic_configs:
+            seen.add(tc.topic_name)
+            qd = QueueInfo(broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_sys_flag)
+            self._topics.setdefault(tc.topic_name, {})[broker_name] = qd
+        if self.delete_topic_with_broker_registration:
+            for topic in [t for t, by_broker in self._topics.items() if broker_name in by_broker and t not in seen]:
+                self._remove_queue_data(topic, broker_name)
+
+    def is_data_version_changed(self, broker_addr: str, data_version: VersionStamp | None) -> bool:
+        live = self._live.get(broker_addr)
+        return live is None or live.data_version != data_version
+
+    def data_version_of(self, broker_addr: str) -> VersionStamp | None:
+        live = self._live.get(broker_addr)
+        return None if live is None else live.data_version
+
+    def touch(self, broker_addr: str, now_ms: int) -> bool:
+        """Refresh a live broker's last-update time (QUERY_DATA_VERSION with no change)."""
+        live = self._live.get(broker_addr)
+        if live is None:
+            return False
+        live.last_update_ms = now_ms
+        return True
+
+    def unregister(self, *, cluster: str, broker_addr: str, broker_name: str, broker_id: int) -> bool:
+        """UNREGISTER_BROKER. Removes `broker_addr` from the group it is registered in, whatever id it holds
+        now; a stale unregister naming another group is ignored. Returns True if anything was removed."""
+        live = self._live.get(broker_addr)
+        if live is None or live.broker_name != broker_name:
+            return False
+        self._remove_addr(broker_addr)
+        return True
+
+    def on_channel_closed(self, channel: object) -> list[RemovedBroker]:
+        """The connection a broker registered over is gone: remove that broker now."""
+        if channel is None:
+            return []
+        addrs = [addr for addr, live in self._live.items() if live.channel is channel]
+        return [self._remove_addr(addr) for addr in addrs]
+
+    def expire(self, now_ms: int) -> list[RemovedBroker]:
+        """Remove brokers silent for longer than the expiry time; the caller closes their channels."""
+        limit = now_ms - self.expired_time_ms
+        stale = [addr for addr, live in self._live.items() if live.last_update_ms < limit]
+        return [self._remove_addr(addr) for addr in stale]
+
+    def _remove_addr(self, addr: str) -> RemovedBroker:
+        live = self._live.pop(addr)
+        self._filter_servers.pop(addr, None)
+        group = self._groups.get(live.broker_name)
+        if group is not None:
+            for bid in [bid for bid, a in group.addrs.items() if a == addr]:
+                del group.addrs[bid]
+            if not group.addrs:
+                self._remove_group(live.broker_name)
+        return RemovedBroker(addr, live.channel, live.broker_name)
+
+    def _remove_group(self, broker_name: str) -> None:
+        group = self._groups.pop(broker_name)
+        self._discard_cluster_member(group.cluster, broker_name)
+        for topic in [t for t, by_broker in self._topics.items() if broker_name in by_broker]:
+            self._remove_queue_data(topic, broker_name)
+
+    def _discard_cluster_member(self, cluster: str, broker_name: str) -> None:
+        members = self._clusters.get(cluster)
+        if members is not None:
+            members.discard(broker_name)
+            if not members:
+                del self._clusters[cluster]
+
+    def _remove_queue_data(self, topic: str, broker_name: str) -> None:
+        by_broker = self._topics[topic]
+        by_broker.pop(broker_name, None)
+        if not by_broker:
+            del self._topics[topic]
+
+    # ---- queries -------------------------------------------------------------------------------------
+    def route(self, topic: str) -> TopicRoute | None:
+        """GET_ROUTEINFO_BY_TOPIC: None unless the topic has queue data and at least one live group."""
+        by_broker = self._topics.get(topic)
+        if not by_broker:
+            return None
+        queue_datas: list[QueueInfo] = []
+        groups: list[BrokerGroup] = []
+        filter_servers: dict[str, list[str]] = {}
+        for name in sorted(by_broker):
+            qd = by_broker[name]
+            queue_datas.append(QueueInfo(qd.broker_name, qd.read_queue_nums, qd.write_queue_nums, qd.perm,
+                                         qd.topic_sys_flag))
+            group = self._groups.get(name)
+            if group is None:
+                continue
+            groups.append(group.copy())
+            for addr in group.addrs.values():
+                fs = self._filter_servers.get(addr)
+                if fs:
+                    filter_servers[addr] = list(fs)
+        if not groups:
+            return None
+        return TopicRoute(queue_datas, groups, filter_servers)
+
+    def cluster_info(self) -> tuple[dict[str, BrokerGroup], dict[str, list[str]]]:
+        """GET_BROKER_CLUSTER_INFO: (broker name -> group, cluster -> sorted broker names)."""
+        groups = {name: g.copy() for name, g in sorted(self._groups.items())}
+        clusters = {c: sorted(names) for c, names in sorted(self._clusters.items())}
+        return groups, clusters
+
+    def topics(self) -> list[str]:
+        return sorted(self._topics)
+
+    def topics_by_cluster(self, cluster: str) -> list[str]:
+        names = self._clusters.get(cluster, set())
+        return sorted(t for t, by_broker in self._topics.items() if not names.isdisjoint(by_broker))
+
+    def system_topics(self) -> tuple[list[str], str | None]:
+        """GET_SYSTEM_TOPIC_LIST_FROM_NS: cluster names and broker names (each is a topic on its brokers),
+        plus the address of one broker to ask for the rest."""
+        out: list[str] = []
+        for cluster, names in sorted(self._clusters.items()):
+            out.append(cluster)
+            out.extend(sorted(names))
+        broker_addr = None
+        for _, group in sorted(self._groups.items()):
+            if group.addrs:
+                broker_addr = group.addrs[min(group.addrs)]
+                break
+        return out, broker_addr
+
+    def unit_topics(self, *, unit: bool | None, unit_sub: bool | None) -> list[str]:
+        """Topics whose queue data sys flags match: unit=True/False/None (don't care), same for unit_sub."""
+        out = []
+        for topic, by_broker in self._topics.items():
+            flags = 0
+            for qd in by_broker.values():
+                flags = qd.topic_sys_flag
+                break
+            if unit is not None and bool(flags & FLAG_UNIT) != unit:
+                continue
+            if unit_sub is not None and bool(flags & FLAG_UNIT_SUB) != unit_sub:
+                continue
+            out.append(topic)
+        return sorted(out)
+
+    def live_brokers(self) -> dict[str, LiveInfo]:
+        return dict(self._live)
+
+    def group(self, broker_name: str) -> BrokerGroup | None:
+        g = self._groups.get(broker_name)
+        return None if g is None else g.copy()
+
+    # ---- admin mutations -----------------------------------------------------------------------------
+    def delete_topic(self, topic: str, cluster: str | None = None) -> bool:
+        """DELETE_TOPIC_IN_NAMESRV: the whole topic, or only its queue data on brokers of `cluster`."""
+        by_broker = self._topics.get(topic)
+        if by_broker is None:
+            return False
+        if not cluster:
+            del self._topics[topic]
+            return True
+        names = self._clusters.get(cluster, set())
+        hit = [name for name in by_broker if name in names]
+        for name in hit:
+            self._remove_queue_data(topic, name)
+        return bool(hit)
+
+    def wipe_write_perm(self, broker_name: str) -> int:
+        """WIPE_WRITE_PERM_OF_BROKER: clear PERM_WRITE on every topic of the broker; returns the count."""
+        count = 0
+        for by_broker in self._topics.values():
+            qd = by_broker.get(broker_name)
+            if qd is not None:
+                qd.perm &= ~Perm.WRITE
+                count += 1
+        return count
+
+    def add_write_perm(self, broker_name: str) -> int:
+        """ADD_WRITE_PERM_OF_BROKER: set read+write on every topic of the broker; returns the count."""
+        count = 0
+        for by_broker in self._topics.values():
+            qd = by_broker.get(broker_name)
+            if qd is not None:
+                qd.perm = Perm.READ | Perm.WRITE
+                count += 1
+        return count
+
+    # ---- invariants ----------------------------------------------------------------------------------
+    def _check_group(self, broker_name: str) -> None:
+        group = self._groups[broker_name]
+        check(bool(group.addrs), f"broker group {broker_name} has no address")
+        check(broker_name in self._clusters.get(group.cluster, ()),
+              f"broker group {broker_name} missing from cluster {group.cluster}")
+        check(len(set(group.addrs.values())) == len(group.addrs), f"duplicate address in group {broker_name}")
+
+    def check_invariants(self) -> None:
+        """Full consistency check (tests call it after every step)."""
+        for name in self._groups:
+            self._check_group(name)
+        for cluster, names in self._clusters.items():
+            check(bool(names), f"empty cluster {cluster}")
+            for name in names:
+                check(name in self._groups and self._groups[name].cluster == cluster,
+                      f"cluster {cluster} lists unknown group {name}")
+        for addr, live in self._live.items():
+            group = self._groups.get(live.broker_name)
+            check(group is not None and addr in group.addrs.values(), f"live broker {addr} not in its group")
+        for name, group in self._groups.items():
+            for addr in group.addrs.values():
+                check(addr in self._live, f"address {addr} of group {name} has no liveness entry")
+        for topic, by_broker in self._topics.items():
+            check(bool(by_broker), f"topic {topic} without queue data")

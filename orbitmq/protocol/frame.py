@@ -1,0 +1,126 @@
+"""Frame codec: 4-byte length | 1-byte serialize type + 3-byte header length | header | body.
+
+`encode_frame` builds one frame; `FrameDecoder` is an incremental, sans-IO decoder that raises
+ProtocolError on any malformed input (the caller then closes the connection).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from orbitmq.base.errors import ProtocolError
+from orbitmq.protocol.command import RemotingCommand
+from orbitmq.protocol.header_binary import decode_binary_header, encode_binary_header, fits_binary
+from orbitmq.protocol.header_json import decode_json_header, encode_json_header
+
+DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
+_PREFIX = struct.Struct(">iI")  # length (bytes after this field), serializeType<<24 | headerLength
+_LEN = struct.Struct(">i")
+PREFIX_SIZE = 8
+MAX_HEADER_LENGTH = 0xFFFFFF
+
+
+def encode_header(cmd: RemotingCommand) -> tuple[int, bytes]:
+    """(serialize type actually used, header bytes). Binary falls back to JSON when codes do not fit."""
+    if cmd.serialize_type == 1 and fits_binary(cmd):
+        return 1, encode_binary_header(cmd)
+    return 0, encode_json_header(cmd)
+
+
+def encode_frame(cmd: RemotingCommand) -> bytes:
+    if cmd.serialize_type == 0:
+        stype, header = 0, encode_json_header(cmd)
+    else:
+        stype, header = encode_header(cmd)
+    hlen = len(header)
+    if hlen > MAX_HEADER_LENGTH:
+        raise ProtocolError(f"header of {hlen} bytes does not fit 24 bits")
+    body = cmd.body
+    if body:
+        return b"".join((_PREFIX.pack(4 + hlen + len(body), (stype << 24) | hlen), header, body))
+    return _PREFIX.pack(4 + hlen, (stype << 24) | hlen) + header
+
+
+def decode_frame_content(stype: int, header: bytes | memoryview, body: bytes | None) -> RemotingCommand:
+    if stype == 0:
+        return decode_json_header(header, body)
+    if stype == 1:
+        return decode_binary_header(header, body)
+    raise ProtocolError(f"unknown serialize type {stype}")
+
+
+class FrameDecoder:
+    """Incremental decoder: feed() any chunk, get back every complete command it completes.
+
+    On malformed input feed() raises ProtocolError whose `frames` attribute holds the good commands that
+    preceded the bad frame in the same chunk; the decoder is then unusable (the caller closes).
+    """
+
+    __slots__ = ("_buf", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self._buf = bytearray()
+        self.max_frame_size = max_frame_size
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        buf = self._buf
+        if buf:
+            buf += data
+            src: bytes | bytearray = buf
+        else:
+            src = data if isinstance(data, bytes) else bytes(data)
+        out: list[RemotingCommand] = []
+        try:
+            pos = self._parse(src, out)
+        except ProtocolError as e:
+            e.frames = out  # type: ignore[attr-defined]  # complete frames that preceded the bad one
+            buf.clear()
+            raise
+        if src is buf:
+            if pos:
+                del buf[:pos]
+        elif pos < len(src):
+            buf += src[pos:] if pos else src
+        return out
+
+    def _parse(self, src: bytes | bytearray, out: list[RemotingCommand]) -> int:
+        end = len(src)
+        pos = 0
+        max_size = self.max_frame_size
+        unpack_prefix = _PREFIX.unpack_from
+        with memoryview(src) as mv:
+            while end - pos >= 4:
+                if end - pos >= 8:
+                    length, word = unpack_prefix(mv, pos)
+                else:
+                    (length,) = _LEN.unpack_from(mv, pos)
+                    word = 0
+                if length < 4:
+                    raise ProtocolError(f"frame length {length} < 4")
+                if length + 4 > max_size:
+                    raise ProtocolError(f"frame of {length + 4} bytes exceeds the {max_size}-byte limit")
+                frame_end = pos + 4 + length
+                if frame_end > end:
+                    break
+                stype = word >> 24
+                hlen = word & 0xFFFFFF
+                if hlen > length - 4:
+                    raise ProtocolError(f"header length {hlen} > frame length {length} - 4")
+                hstart = pos + 8
+                bstart = hstart + hlen
+                body = bytes(mv[bstart:frame_end]) if bstart < frame_end else None
+                try:
+                    if stype == 0:
+                        out.append(decode_json_header(mv[hstart:bstart], body))
+                    else:
+                        out.append(decode_frame_content(stype, mv[hstart:bstart], body))
+                except ProtocolError:
+                    raise
+                except Exception as e:  # any decoder surprise is a malformed frame
+                    raise ProtocolError(f"undecodable header: {type(e).__name__}: {e}") from None
+                pos = frame_end
+        return pos

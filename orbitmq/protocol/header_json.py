@@ -1,0 +1,126 @@
+"""JSON header serialization (serialize type 0), fastjson-compatible.
+
+Encodes compact, fields sorted, extFields values always strings, null remark omitted.
+Decodes tolerantly: numeric/bool extFields values, unknown keys, remark ""/null/absent, unknown languages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from orbitmq.base.errors import ProtocolError
+from orbitmq.protocol.codes import LanguageCode
+from orbitmq.protocol.command import RemotingCommand
+
+_SORT = orjson.OPT_SORT_KEYS
+_ONLY_STR = {str}
+_LANG_BY_VALUE = {lc.value: lc.name for lc in LanguageCode}
+
+
+def ext_value_to_str(v: Any) -> str:
+    """Java toString() of a header value: booleans lower-case, numbers decimal."""
+    if isinstance(v, str):
+        return v
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, int | float):
+        return str(v)
+    return orjson.dumps(v).decode()
+
+
+def _ext_for_wire(ext: dict[str, Any]) -> dict[str, str]:
+    if not ext or set(map(type, ext.values())) == _ONLY_STR:
+        return ext
+    return {k: ext_value_to_str(v) for k, v in ext.items() if v is not None}
+
+
+def encode_json_header(cmd: RemotingCommand) -> bytes:
+    d: dict[str, Any] = {"code": cmd.code}
+    if cmd.ext_fields is not None:
+        d["extFields"] = _ext_for_wire(cmd.ext_fields)
+    d["flag"] = cmd.flag
+    d["language"] = cmd.language
+    d["opaque"] = cmd.opaque
+    if cmd.remark is not None:
+        d["remark"] = cmd.remark
+    d["serializeTypeCurrentRPC"] = "JSON"
+    d["version"] = cmd.version
+    return orjson.dumps(d, option=_SORT)
+
+
+def _ext_from_wire(raw: Any) -> dict[str, str] | None:
+    if raw is None:
+        return None
+    if type(raw) is not dict:
+        raise ProtocolError(f"extFields is not an object: {type(raw).__name__}")
+    if not raw or set(map(type, raw.values())) == _ONLY_STR:  # common case: nothing to convert
+        return raw
+    return {str(k): ext_value_to_str(v) for k, v in raw.items() if v is not None}
+
+
+
+def _int_field(d: dict[str, Any], key: str, default: int) -> int:
+    v = d.get(key)
+    if v is None:
+        return default
+    if type(v) is int:
+        return v
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        raise ProtocolError(f"header field {key} is not an integer: {v!r}") from None
+
+
+def _language(v: Any) -> str:
+    if v is None:
+        return "JAVA"
+    if isinstance(v, str):
+        return v
+    if isinstance(v, int):
+        return _LANG_BY_VALUE.get(v, "OTHER")
+    return "OTHER"
+
+
+def decode_json_header(data: bytes | memoryview, body: bytes | None = None) -> RemotingCommand:
+    try:
+        d = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise ProtocolError(f"undecodable JSON header: {e}") from None
+    if type(d) is not dict:
+        raise ProtocolError("JSON header is not an object")
+    get = d.get
+    code = get("code")
+    version = get("version", 0)
+    opaque = get("opaque", 0)
+    flag = get("flag", 0)
+    if type(code) is not int or type(version) is not int or type(opaque) is not int or type(flag) is not int:
+        if code is None:
+            raise ProtocolError("JSON header has no code")
+        code = _int_field(d, "code", 0)
+        version = _int_field(d, "version", 0)
+        opaque = _int_field(d, "opaque", 0)
+        flag = _int_field(d, "flag", 0)
+    language = get("language")
+    if type(language) is not str:
+        language = _language(language)
+    remark = get("remark")
+    if remark is not None and type(remark) is not str:
+        remark = str(remark)
+    cmd = _new(RemotingCommand)
+    cmd.code = code
+    cmd.language = language
+    cmd.version = version
+    cmd.opaque = opaque
+    cmd.flag = flag
+    cmd.remark = remark
+    cmd.ext_fields = _ext_from_wire(get("extFields"))
+    cmd.body = body
+    cmd.serialize_type = 0
+    return cmd
+
+
+_new = object.__new__

@@ -1,0 +1,299 @@
+"""One TCP connection speaking the remoting protocol, shared by server and client sides.
+
+An asyncio.Protocol (no streams): frames are decoded in data_received, responses resolve futures in a
+per-connection opaque -> Future table, requests go to the handler. Malformed input closes this connection
+only. Reading pauses while the transport's write buffer is above its high-water mark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+from orbitmq.base.errors import ProtocolError, RemotingConnectError, RemotingTimeoutError
+from orbitmq.protocol import FLAG_ONEWAY, FrameDecoder, RemotingCommand, ResponseCode, encode_frame
+from orbitmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE
+
+log = logging.getLogger("orbitmq.remoting")
+
+HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
+Handler = Callable[["Connection", RemotingCommand], HandlerResult]
+
+DEFAULT_IDLE_TIMEOUT_S = 120.0
+DEFAULT_HIGH_WATER = 4 * 1024 * 1024
+DEFAULT_LOW_WATER = 1024 * 1024
+CLOSE_GRACE_S = 5.0
+
+
+def _addr(info: Any) -> str:
+    if isinstance(info, tuple) and len(info) >= 2:
+        return f"{info[0]}:{info[1]}"
+    return str(info) if info else ""
+
+
+def error_remark(exc: BaseException) -> str:
+    text = str(exc)
+    return text if text else type(exc).__name__
+
+
+class Connection(asyncio.Protocol):
+    """Both directions on one socket: send()/invoke() out, handler for incoming requests."""
+
+    def __init__(
+        self,
+        handler: Handler | None,
+        *,
+        name: str = "conn",
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        high_water: int = DEFAULT_HIGH_WATER,
+        low_water: int = DEFAULT_LOW_WATER,
+        on_open: Callable[[Connection], None] | None = None,
+        on_close: Callable[[Connection], None] | None = None,
+    ) -> None:
+        self._handler = handler
+        self.name = name
+        self._decoder = FrameDecoder(max_frame_size)
+        self._idle_timeout_s = idle_timeout_s
+        self._high_water = high_water
+        self._low_water = low_water
+        self._on_open = on_open
+        self._close_callbacks: list[Callable[[Connection], None]] = [on_close] if on_close else []
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._batch: list[bytes] | None = None
+        self._last_activity = 0.0
+        self._idle_handle: asyncio.TimerHandle | None = None
+        self._closed_fut: asyncio.Future[None] = self._loop.create_future()
+        self.closed = True  # until connection_made
+        self.reading_paused = False
+        self.remote_addr = ""
+        self.local_addr = ""
+        self.attrs: dict[str, Any] = {}
+
+    # ---- asyncio.Protocol callbacks -------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop transports are not asyncio.Transport subclasses but implement the same interface
+        self._transport = transport  # type: ignore[assignment]
+        self.closed = False
+        self.remote_addr = _addr(transport.get_extra_info("peername"))
+        self.local_addr = _addr(transport.get_extra_info("sockname"))
+        transport.set_write_buffer_limits(high=self._high_water, low=self._low_water)
+        self._last_activity = self._loop.time()
+        if self._idle_timeout_s and self._idle_timeout_s > 0:
+            self._idle_handle = self._loop.call_later(self._idle_timeout_s, self._check_idle)
+        if self._on_open is not None:
+            self._on_open(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._last_activity = self._loop.time()
+        error: ProtocolError | None = None
+        try:
+            cmds = self._decoder.feed(data)
+        except ProtocolError as e:
+            error = e
+            cmds = getattr(e, "frames", [])
+        self._batch = batch = []
+        try:
+            for cmd in cmds:
+                if cmd.flag & 1:
+                    self._on_response(cmd)
+                else:
+                    self._on_request(cmd)
+        finally:
+            self._batch = None
+            if batch and not self.closed:
+                assert self._transport is not None
+                self._transport.write(batch[0] if len(batch) == 1 else b"".join(batch))
+        if error is not None:
+            log.warning("%s: malformed frame from %s, closing: %s", self.name, self.remote_addr, error)
+            self.close()
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport
+
+    def pause_writing(self) -> None:
+        # back-pressure: stop reading new requests from a peer that does not drain its responses
+        if self._transport is not None and not self.reading_paused:
+            self.reading_paused = True
+            try:
+                self._transport.pause_reading()
+            except RuntimeError:
+                pass
+
+    def resume_writing(self) -> None:
+        if self._transport is not None and self.reading_paused:
+            self.reading_paused = False
+            try:
+                self._transport.resume_reading()
+            except RuntimeError:
+                pass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+            self._idle_handle = None
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(RemotingConnectError(f"connection to {self.remote_addr} closed"))
+        for task in list(self._tasks):
+            task.cancel()
+        for cb in self._close_callbacks:
+            try:
+                cb(self)
+            except Exception:
+                log.exception("%s: close callback failed", self.name)
+        if not self._closed_fut.done():
+            self._closed_fut.set_result(None)
+
+    # ---- incoming -------------------------------------------------------------------------------
+    def _on_response(self, cmd: RemotingCommand) -> None:
+        fut = self._pending.pop(cmd.opaque, None)
+        if fut is None or fut.done():
+            log.debug("%s: dropping unmatched response opaque=%d from %s", self.name, cmd.opaque,
+                      self.remote_addr)
+            return
+        fut.set_result(cmd)
+
+    def _on_request(self, cmd: RemotingCommand) -> None:
+        handler = self._handler
+        if handler is None:
+            if not cmd.flag & FLAG_ONEWAY:
+                self.send(cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                       f" request type {cmd.code} not supported"))
+            return
+        try:
+            result = handler(self, cmd)
+        except Exception as e:
+            self._reply_error(cmd, e)
+            return
+        if result is None:
+            return
+        if isinstance(result, RemotingCommand):
+            if not cmd.flag & FLAG_ONEWAY:
+                self.send(result)
+        elif inspect.isawaitable(result):
+            task = self._loop.create_task(result)  # type: ignore[arg-type]
+            self._tasks.add(task)
+            task.add_done_callback(partial(self._handler_done, cmd))
+        else:
+            self._reply_error(cmd, TypeError(f"handler returned {type(result).__name__}"))
+
+    def _handler_done(self, cmd: RemotingCommand, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._reply_error(cmd, exc)
+            return
+        result = task.result()
+        if result is not None and not cmd.flag & FLAG_ONEWAY:
+            self.send(result)
+
+    def _reply_error(self, cmd: RemotingCommand, exc: BaseException) -> None:
+        log.warning("%s: handler failed for code %d from %s: %r", self.name, cmd.code, self.remote_addr, exc)
+        if not cmd.flag & FLAG_ONEWAY:
+            self.send(cmd.response(ResponseCode.SYSTEM_ERROR, error_remark(exc)))
+
+    def _check_idle(self) -> None:
+        self._idle_handle = None
+        if self.closed:
+            return
+        idle = self._loop.time() - self._last_activity
+        if idle >= self._idle_timeout_s:
+            log.info("%s: closing idle connection %s after %.0f s", self.name, self.remote_addr, idle)
+            self.close()
+        else:
+            self._idle_handle = self._loop.call_later(self._idle_timeout_s - idle, self._check_idle)
+
+    # ---- outgoing -------------------------------------------------------------------------------
+    def send(self, cmd: RemotingCommand) -> None:
+        """Write one frame (a response or any command). Silently dropped if the connection is closed."""
+        if self.closed:
+            log.debug("%s: drop frame code=%d to closed %s", self.name, cmd.code, self.remote_addr)
+            return
+        frame = encode_frame(cmd)
+        if self._batch is not None:
+            self._batch.append(frame)
+            return
+        assert self._transport is not None
+        self._transport.write(frame)
+        self._last_activity = self._loop.time()
+
+    async def invoke(self, cmd: RemotingCommand, timeout_ms: int = 3000) -> RemotingCommand:
+        """Send a request on this connection and wait for its response."""
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.remote_addr} is closed")
+        opaque = cmd.opaque
+        fut: asyncio.Future[RemotingCommand] = self._loop.create_future()
+        self._pending[opaque] = fut
+        handle = self._loop.call_later(timeout_ms / 1000.0, self._on_timeout, fut, cmd.code, timeout_ms)
+        try:
+            self.send(cmd)
+            return await fut
+        finally:
+            handle.cancel()
+            if self._pending.get(opaque) is fut:
+                del self._pending[opaque]
+
+    def _on_timeout(self, fut: asyncio.Future[RemotingCommand], code: int, timeout_ms: int) -> None:
+        if not fut.done():
+            fut.set_exception(RemotingTimeoutError(
+                f"wait response on {self.remote_addr} timeout, {int(timeout_ms)} ms, request code {code}"))
+
+    def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.remote_addr} is closed")
+        cmd.flag |= FLAG_ONEWAY
+        self.send(cmd)
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    def add_close_callback(self, cb: Callable[[Connection], None]) -> None:
+        self._close_callbacks.append(cb)
+
+    def close(self) -> None:
+        """Graceful close: buffered frames are flushed first (aborted if the peer does not drain them)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._transport is not None and not self._transport.is_closing():
+            if self._batch:  # responses produced earlier in this data_received go out first
+                self._transport.write(b"".join(self._batch))
+                self._batch.clear()
+            self._transport.close()
+            if self._transport.get_write_buffer_size():
+                self._loop.call_later(CLOSE_GRACE_S, self._abort_if_open)
+
+    def _abort_if_open(self) -> None:
+        if not self._closed_fut.done() and self._transport is not None:
+            self._transport.abort()
+
+    def abort(self) -> None:
+        """Immediate close, buffered data dropped."""
+        self.closed = True
+        if self._transport is not None:
+            self._transport.abort()
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._closed_fut)
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    @property
+    def task_count(self) -> int:
+        return len(self._tasks)
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<Connection {self.name} {self.local_addr}->{self.remote_addr} {state}>"

@@ -1,0 +1,281 @@
+"""CommitLog: the single append-only log of all topics over a SegmentList.
+
+Assigns phys offsets, queue offsets ("topic-queueId" -> next), store timestamps and writes records straight into
+the segment buffer; writes the end-of-file blank filler; validates and scans records for recovery. Single writer:
+every call runs on the event-loop thread. Flushing is flush.py's job, visibility/dispatch message_store.py's.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from orbitmq.base import marks
+from orbitmq.base.clock import Clock
+from orbitmq.base.invariant import check
+from orbitmq.model.enums import TRANSACTION_MASK
+from orbitmq.model.properties import MAX_PROPERTIES_SIZE, Prop, encode_properties
+from orbitmq.model.record import (
+    BORNHOST_V6_FLAG,
+    STOREHOST_V6_FLAG,
+    encode_record,
+    pack_host_port,
+    patch_record,
+)
+from orbitmq.model.tags import tag_code
+from orbitmq.store.config import StoreConfig
+from orbitmq.store.disk import Disk
+from orbitmq.store.dispatch import DispatchRequest
+from orbitmq.store.layout import BLANK, BLANK_MAGIC, BLANK_SIZE, COMMITLOG_DIR, SIZE_MAGIC
+from orbitmq.store.recovery import RecordKind, check_record
+from orbitmq.store.results import MessageInner, PutResult, PutStatus
+from orbitmq.store.segment import Segment
+from orbitmq.store.segment_list import SegmentList
+
+_Q = struct.Struct(">q")
+_PREPARED = 0x4
+_ROLLBACK = 0xC
+_MAGIC_BYTES = struct.pack(">i", -626843481)
+_HOST_CACHE_MAX = 4096
+
+
+@dataclass(slots=True)
+class Appended:
+    """Outcome of one append: the facade's PutResult plus what to dispatch once visible."""
+
+    result: PutResult
+    end_offset: int
+    requests: list[DispatchRequest]
+
+
+class CommitLog:
+    def __init__(self, root_dir: str, config: StoreConfig, disk: Disk, clock: Clock) -> None:
+        self.config = config
+        self.clock = clock
+        self.segments = SegmentList(os.path.join(root_dir, COMMITLOG_DIR), config.mapped_file_size_commitlog, disk)
+        self.topic_queue_table: dict[str, int] = {}
+        self.last_store_timestamp = 0
+        self._hosts: dict[str, bytes] = {}
+        self._max_record = config.max_message_size + 64 * 1024
+
+    # ---- lifecycle -----------------------------------------------------------------------------------
+    def load(self) -> None:
+        self.segments.load()
+
+    def close(self) -> None:
+        self.segments.close()
+
+    @property
+    def max_offset(self) -> int:
+        return self.segments.max_offset
+
+    @property
+    def min_offset(self) -> int:
+        """Offset of the first byte still stored (start of the first segment; 0 for an empty log)."""
+        return self.segments.min_offset
+
+    # ---- append --------------------------------------------------------------------------------------
+    def _host(self, host_port: str) -> bytes:
+        raw = self._hosts.get(host_port)
+        if raw is None:
+            raw = pack_host_port(host_port)
+            if len(self._hosts) >= _HOST_CACHE_MAX:
+                self._hosts.clear()
+            self._hosts[host_port] = raw
+        return raw
+
+    def _encode(self, msg: MessageInner) -> bytes | PutStatus:
+        topic = msg.topic.encode("utf-8")
+        if not topic or len(topic) > 127:
+            return PutStatus.MESSAGE_ILLEGAL
+        if len(msg.body) > self.config.max_message_size:
+            return PutStatus.MESSAGE_ILLEGAL
+        props = encode_properties(msg.properties).encode("utf-8")
+        if len(props) > MAX_PROPERTIES_SIZE:
+            return PutStatus.PROPERTIES_SIZE_EXCEEDED
+        try:
+            born = self._host(msg.born_host)
+            store = self._host(msg.store_host)
+        except ValueError:
+            return PutStatus.MESSAGE_ILLEGAL
+        sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+        rec = encode_record(
+            topic=topic, body=msg.body, properties=props, queue_id=msg.queue_id, flag=msg.flag, sys_flag=sys_flag,
+            born_timestamp=msg.born_timestamp, born_host=born, store_host=store,
+            reconsume_times=msg.reconsume_times, prepared_transaction_offset=msg.prepared_transaction_offset,
+        )
+        if len(rec) > self._max_record:
+            return PutStatus.MESSAGE_ILLEGAL
+        return rec
+
+    def _writable_segment(self, need: int) -> Segment:
+        """The segment that will take `need` bytes, writing the blank filler and rolling when needed."""
+        seg = self.segments.last
+        if seg is None:
+            return self.segments.roll(0)
+        if seg.free_bytes >= need + BLANK_SIZE:
+            return seg
+        if seg.free_bytes >= BLANK_SIZE:
+            free = seg.free_bytes
+            seg.append(BLANK.pack(free, BLANK_MAGIC))
+            seg.wrote_position = seg.size  # the filler covers the whole remainder
+            marks.hit("commitlog blank filler written")
+        else:
+            seg.wrote_position = seg.size
+        return self.segments.roll()
+
+    def append(self, msgs: list[MessageInner]) -> Appended:
+        """Append one message or one batch (all records land in one segment, consecutive queue offsets)."""
+        encoded: list[bytes] = []
+        for m in msgs:
+            rec = self._encode(m)
+            if isinstance(rec, PutStatus):
+                return Appended(PutResult(rec), -1, [])
+            encoded.append(rec)
+        total = sum(len(r) for r in encoded)
+        if total + BLANK_SIZE > self.segments.segment_size:
+            return Appended(PutResult(PutStatus.MESSAGE_ILLEGAL), -1, [])
+        seg = self._writable_segment(total)
+        now = self.clock.now_ms()
+        store_ts = now if now > self.last_store_timestamp else self.last_store_timestamp
+        self.last_store_timestamp = store_ts
+        buf = seg.buf
+        start_pos = pos = seg.wrote_position
+        first_phys = seg.start_offset + start_pos
+        table = self.topic_queue_table
+        requests: list[DispatchRequest] = []
+        msg_ids: list[str] = []
+        first_queue_offset = -1
+        for m, rec in zip(msgs, encoded, strict=True):
+            n = len(rec)
+            phys = seg.start_offset + pos
+            key = f"{m.topic}-{m.queue_id}"
+            tx = m.sys_flag & TRANSACTION_MASK
+            if tx == _PREPARED or tx == _ROLLBACK:
+                queue_offset = 0
+            else:
+                queue_offset = table.get(key, 0)
+                table[key] = queue_offset + 1
+            if first_queue_offset < 0:
+                first_queue_offset = queue_offset
+            buf[pos : pos + n] = rec
+            patch_record(buf, pos, queue_offset, phys, store_ts)
+            props = m.properties
+            requests.append(DispatchRequest(
+                m.topic, m.queue_id, phys, n, tag_code(props.get(Prop.TAGS)), store_ts, queue_offset,
+                props.get(Prop.KEYS), props.get(Prop.UNIQ_KEY), m.sys_flag, m.prepared_transaction_offset, props,
+            ))
+            msg_ids.append((self._host(m.store_host) + _Q.pack(phys)).hex().upper())
+            pos += n
+        seg.backing.mark_written(start_pos, pos)
+        seg.wrote_position = pos
+        result = PutResult(PutStatus.PUT_OK, first_phys, total, msg_ids, first_queue_offset, len(msgs), store_ts)
+        return Appended(result, seg.start_offset + pos, requests)
+
+    # ---- read ----------------------------------------------------------------------------------------
+    def read(self, phys_offset: int, size: int) -> memoryview | None:
+        """Bytes [phys_offset, phys_offset+size) if they lie in one segment and are written."""
+        seg = self.segments.find(phys_offset)
+        if seg is None:
+            return None
+        pos = phys_offset - seg.start_offset
+        if pos + size > seg.wrote_position:
+            return None
+        return seg.buf[pos : pos + size]
+
+    def read_record(self, phys_offset: int) -> memoryview | None:
+        """The whole record starting at `phys_offset` (None if out of range or not a record)."""
+        seg = self.segments.find(phys_offset)
+        if seg is None:
+            return None
+        pos = phys_offset - seg.start_offset
+        if pos + 8 > seg.wrote_position:
+            return None
+        total, magic = SIZE_MAGIC.unpack_from(seg.buf, pos)
+        if magic == BLANK_MAGIC or total < 91 or pos + total > seg.wrote_position:
+            return None
+        return seg.buf[pos : pos + total]
+
+    def store_timestamp_at(self, phys_offset: int, size: int) -> int:
+        """STORETIMESTAMP of the record at phys_offset (-1 if unreadable)."""
+        rec = self.read(phys_offset, size)
+        if rec is None or len(rec) < 80:
+            return -1
+        sys_flag = struct.unpack_from(">i", rec, 36)[0]
+        return _Q.unpack_from(rec, 56 + (12 if sys_flag & BORNHOST_V6_FLAG else 0))[0]
+
+    # ---- recovery scanning -----------------------------------------------------------------------------
+    def first_record_time(self, seg: Segment) -> int | None:
+        kind, size = check_record(seg.buf, 0, seg.start_offset, False)
+        if kind is not RecordKind.RECORD:
+            return None
+        return self.store_timestamp_at(seg.start_offset, size)
+
+    def scan(self, start_index: int, check_crc: bool) -> tuple[RecordKind, int]:
+        """Validate records forward from segment `start_index`; returns (why it stopped, stop phys offset).
+
+        BLANK moves to the next segment; the scan stops at END, INVALID or past the last segment (END).
+        """
+        segs = self.segments.segments
+        if not segs:
+            return RecordKind.END, 0
+        i = start_index
+        seg = segs[i]
+        pos = 0
+        while True:
+            kind, size = check_record(seg.buf, pos, seg.start_offset + pos, check_crc)
+            if kind is RecordKind.RECORD:
+                pos += size
+                if pos < seg.size:
+                    continue
+            elif kind is not RecordKind.BLANK:
+                return kind, seg.start_offset + pos
+            i += 1
+            if i >= len(segs):
+                return RecordKind.END, seg.start_offset + seg.size
+            seg, pos = segs[i], 0
+
+    def iter_records(self, start: int, end: int) -> Iterator[tuple[int, memoryview]]:
+        """(phys_offset, record bytes) of valid-by-construction records in [start, end) (after recovery)."""
+        phys = start
+        while phys < end:
+            seg = self.segments.find(phys)
+            check(seg is not None, f"no segment for phys {phys}")
+            assert seg is not None
+            pos = phys - seg.start_offset
+            if pos + 8 > seg.size:
+                phys = seg.start_offset + seg.size
+                continue
+            total, magic = SIZE_MAGIC.unpack_from(seg.buf, pos)
+            if magic == BLANK_MAGIC:
+                phys = seg.start_offset + seg.size
+                continue
+            check(total >= 91, f"bad record size {total} at {phys} below the recovered end {end}")
+            yield phys, seg.buf[pos : pos + total]
+            phys += total
+
+    def has_valid_record_between(self, start: int, end: int) -> bool:
+        """True if some valid record (CRC-checked, self-located) starts in (start, end)."""
+        phys = start + 1
+        while phys < end:
+            seg = self.segments.find(phys)
+            if seg is None:
+                return False
+            lo = phys - seg.start_offset
+            hi = min(end - seg.start_offset, seg.size)
+            chunk_size = 1 << 20
+            while lo < hi:
+                window = bytes(seg.buf[lo : min(hi + 4, lo + chunk_size + 4, seg.size)])
+                i = window.find(_MAGIC_BYTES)
+                while i >= 0:
+                    cand = lo + i - 4
+                    if cand > start - seg.start_offset and cand < hi:
+                        kind, _ = check_record(seg.buf, cand, seg.start_offset + cand, True)
+                        if kind is RecordKind.RECORD:
+                            return True
+                    i = window.find(_MAGIC_BYTES, i + 1)
+                lo += chunk_size
+            phys = seg.start_offset + seg.size
+        return False

@@ -1,0 +1,225 @@
+"""The store's only door to the file system: the Disk/Backing protocols and the real mmap implementation.
+
+A Backing is one fixed-size segment file exposing a writable buffer (mmap for MmapDisk, bytearray for SimDisk).
+Writers write straight into `buf` then call `mark_written(start, end)` (SimDisk logs it for crash modelling);
+`flush(start, end)` makes that range durable (blocking: run it in a thread executor from asyncio when
+`Disk.flush_in_thread` is true). Nothing here knows record formats.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import mmap
+import os
+import shutil
+from typing import Protocol
+
+from orbitmq.base.fsio import atomic_write, read_with_backup
+from orbitmq.store.errors import StoreInUseError
+
+PAGE_SIZE = mmap.PAGESIZE
+
+
+class Backing(Protocol):
+    path: str
+    size: int
+    buf: memoryview  # writable, len == size
+
+    def mark_written(self, start: int, end: int) -> None: ...
+
+    def write(self, position: int, data: bytes | memoryview) -> None: ...
+
+    def flush(self, start: int, end: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class FileLock(Protocol):
+    def release(self) -> None: ...
+
+
+class Disk(Protocol):
+    flush_in_thread: bool
+
+    def create(self, path: str, size: int) -> Backing: ...  # new zero-filled file (fails if it exists)
+
+    def open(self, path: str, size: int) -> Backing: ...  # existing file, grown (zero) to size if shorter
+
+    def exists(self, path: str) -> bool: ...
+
+    def file_size(self, path: str) -> int: ...
+
+    def delete(self, path: str) -> None: ...  # missing file is fine
+
+    def list_files(self, directory: str) -> list[str]: ...  # sorted plain-file names ([] if no dir)
+
+    def list_dirs(self, directory: str) -> list[str]: ...  # sorted sub-directory names
+
+    def makedirs(self, directory: str) -> None: ...
+
+    def remove_tree(self, directory: str) -> None: ...
+
+    def mtime_ms(self, path: str) -> int: ...
+
+    def read_small(self, path: str) -> bytes | None: ...  # whole file, None if missing
+
+    def write_small_atomic(self, path: str, data: bytes) -> None: ...  # tmp + fsync + rename (+ .bak)
+
+    def read_small_with_backup(self, path: str) -> list[bytes]: ...  # file then its .bak, newest first
+
+    def touch(self, path: str) -> None: ...  # create empty file durably (abort marker)
+
+    def lock(self, path: str) -> FileLock: ...  # exclusive; StoreError if held elsewhere
+
+    def usage_ratio(self, directory: str) -> float: ...  # used / total of the file system, 0..1
+
+
+class MmapBacking:
+    """A pre-sized file mapped read/write; flush uses mmap.flush (msync) on page-aligned ranges."""
+
+    __slots__ = ("path", "size", "buf", "_fd", "_mm", "_closed")
+
+    def __init__(self, path: str, size: int, create: bool) -> None:
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(path, flags, 0o644)
+        try:
+            if os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)
+            mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.path = path
+        self.size = size
+        self._fd = fd
+        self._mm = mm
+        self.buf = memoryview(mm)
+        self._closed = False
+
+    def mark_written(self, start: int, end: int) -> None:
+        pass
+
+    def write(self, position: int, data: bytes | memoryview) -> None:
+        self._mm[position : position + len(data)] = data
+
+    def flush(self, start: int, end: int) -> None:
+        if self._closed or end <= start:
+            return
+        aligned = start - start % PAGE_SIZE
+        try:
+            self._mm.flush(aligned, min(end, self.size) - aligned)
+        except ValueError:
+            if not self._closed:  # closed (deleted/truncated) while a worker thread was flushing: nothing to do
+                raise
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.buf.release()
+        try:
+            self._mm.close()
+        except BufferError:
+            # A reader still holds a slice (a pull response being written): the mapping is released
+            # when that view is garbage-collected.
+            pass
+        os.close(self._fd)
+
+
+class _FcntlLock:
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = -1
+
+
+class MmapDisk:
+    """The real disk: mmap'd segment files, atomic small files, fcntl locks."""
+
+    flush_in_thread = True
+
+    def create(self, path: str, size: int) -> MmapBacking:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return MmapBacking(path, size, create=True)
+
+    def open(self, path: str, size: int) -> MmapBacking:
+        return MmapBacking(path, size, create=False)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def file_size(self, path: str) -> int:
+        return os.path.getsize(path)
+
+    def delete(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    def list_files(self, directory: str) -> list[str]:
+        try:
+            return sorted(e.name for e in os.scandir(directory) if e.is_file())
+        except FileNotFoundError:
+            return []
+
+    def list_dirs(self, directory: str) -> list[str]:
+        try:
+            return sorted(e.name for e in os.scandir(directory) if e.is_dir())
+        except FileNotFoundError:
+            return []
+
+    def makedirs(self, directory: str) -> None:
+        os.makedirs(directory, exist_ok=True)
+
+    def remove_tree(self, directory: str) -> None:
+        shutil.rmtree(directory, ignore_errors=True)
+
+    def mtime_ms(self, path: str) -> int:
+        return os.stat(path).st_mtime_ns // 1_000_000
+
+    def read_small(self, path: str) -> bytes | None:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def write_small_atomic(self, path: str, data: bytes) -> None:
+        atomic_write(path, data)
+
+    def read_small_with_backup(self, path: str) -> list[bytes]:
+        return read_with_backup(path)
+
+    def touch(self, path: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def lock(self, path: str) -> _FcntlLock:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # per open file: also catches a 2nd store in-process
+        except OSError as e:
+            os.close(fd)
+            raise StoreInUseError(f"store is already in use by another process (lock file {path})") from e
+        if os.fstat(fd).st_size == 0:
+            os.write(fd, b"lock")
+        return _FcntlLock(fd)
+
+    def usage_ratio(self, directory: str) -> float:
+        try:
+            u = shutil.disk_usage(directory)
+        except OSError:
+            return 0.0
+        return (u.total - u.free) / u.total if u.total else 0.0

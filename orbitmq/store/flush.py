@@ -1,0 +1,158 @@
+"""CommitLog flushing: one flush in flight at a time, group commit for SYNC_FLUSH, periodic loop for ASYNC_FLUSH.
+
+A flush makes [flushed_offset, max_offset-at-start) durable through Backing.flush, off the event loop when the
+Disk says so (fdatasync/msync block). Waiters whose end offset is covered are released together (group commit).
+Appends keep running during a flush: the single writer is never blocked by the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from orbitmq.base.clock import Clock
+from orbitmq.store.commitlog import CommitLog
+from orbitmq.store.disk import Backing, Disk
+
+log = logging.getLogger(__name__)
+PAGE = 4096
+
+
+def _flush_ranges(ranges: list[tuple[Backing, int, int]]) -> None:
+    for backing, start, end in ranges:
+        backing.flush(start, end)
+
+
+class FlushService:
+    def __init__(
+        self, commitlog: CommitLog, disk: Disk, clock: Clock, on_flushed: Callable[[int, int], None]
+    ) -> None:
+        self.commitlog = commitlog
+        self.disk = disk
+        self.clock = clock
+        self.on_flushed = on_flushed  # (flushed phys offset, store timestamp of the last flushed record)
+        self.flushed_offset = commitlog.max_offset
+        self.flushed_store_timestamp = commitlog.last_store_timestamp
+        self.flush_count = 0  # completed flush rounds that wrote something (group commit tests read it)
+        self._inflight: asyncio.Future[None] | None = None
+        self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        self._group_task: asyncio.Task[None] | None = None
+        self._generation = 0
+        self._last_thorough_ms = clock.monotonic_ms()
+
+    def reset(self, offset: int) -> None:
+        """After truncation: nothing beyond `offset` exists, so nothing beyond it is flushed."""
+        self._generation += 1
+        self.flushed_offset = min(self.flushed_offset, offset)
+
+    def dirty_bytes(self) -> int:
+        return self.commitlog.max_offset - self.flushed_offset
+
+    async def flush(self) -> int:
+        """Flush everything written so far; returns the flushed offset. Concurrent callers share rounds."""
+        while self._inflight is not None:
+            await asyncio.shield(self._inflight)
+        if self.commitlog.max_offset <= self.flushed_offset:
+            return self.flushed_offset
+        loop = asyncio.get_running_loop()
+        self._inflight = loop.create_future()
+        try:
+            await self._flush_once(loop)
+        finally:
+            fut, self._inflight = self._inflight, None
+            fut.set_result(None)
+        return self.flushed_offset
+
+    async def _flush_once(self, loop: asyncio.AbstractEventLoop) -> None:
+        target = self.commitlog.max_offset
+        ts = self.commitlog.last_store_timestamp
+        gen = self._generation
+        ranges: list[tuple[Backing, int, int]] = []
+        segs = []
+        for seg in self.commitlog.segments:
+            seg_end = seg.start_offset + seg.size
+            if seg_end <= self.flushed_offset or seg.start_offset >= target:
+                continue
+            start = max(self.flushed_offset, seg.start_offset) - seg.start_offset
+            end = min(target, seg_end) - seg.start_offset
+            if end > start:
+                ranges.append((seg.backing, start, end))
+                segs.append((seg, end))
+        if self.disk.flush_in_thread:
+            await loop.run_in_executor(None, _flush_ranges, ranges)
+        else:
+            _flush_ranges(ranges)
+        if gen != self._generation:
+            return  # truncated meanwhile: the range flushed no longer exists
+        for seg, end in segs:
+            seg.flushed_position = max(seg.flushed_position, end)
+        self.flush_count += 1
+        self.flushed_offset = target
+        self.flushed_store_timestamp = ts
+        self.on_flushed(target, ts)
+
+    # ---- group commit --------------------------------------------------------------------------------
+    async def wait_flushed(self, end_offset: int, timeout_ms: int) -> bool:
+        """Wait until a flush covers `end_offset`; False on timeout or flush failure (data stays written)."""
+        if self.flushed_offset >= end_offset:
+            return True
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        self._waiters.append((end_offset, fut))
+        if self._group_task is None or self._group_task.done():
+            self._group_task = loop.create_task(self._run_group_commit_loop())
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000)
+        except TimeoutError:
+            return False
+
+    async def _run_group_commit_loop(self) -> None:
+        while self._waiters:
+            try:
+                await self.flush()
+                ok = True
+            except Exception:  # a failed fsync: every waiter gets FLUSH_DISK_TIMEOUT, data stays written
+                log.exception("commitlog flush failed")
+                ok = False
+            flushed = self.flushed_offset
+            keep: list[tuple[int, asyncio.Future[bool]]] = []
+            for end, fut in self._waiters:
+                if fut.done():
+                    continue
+                if not ok:
+                    fut.set_result(False)
+                elif end <= flushed:
+                    fut.set_result(True)
+                else:
+                    keep.append((end, fut))
+            self._waiters = keep
+            if not ok:
+                return
+
+    # ---- periodic flush (ASYNC_FLUSH, and the WAIT=false writes of SYNC_FLUSH) ------------------------
+    async def run_flush_loop(self, interval_ms: int, least_pages: int, thorough_interval_ms: int) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            await self.flush_if_due(least_pages, thorough_interval_ms)
+
+    async def flush_if_due(self, least_pages: int, thorough_interval_ms: int) -> bool:
+        dirty = self.dirty_bytes()
+        if dirty <= 0:
+            return False
+        now = self.clock.monotonic_ms()
+        thorough = now - self._last_thorough_ms >= thorough_interval_ms
+        if dirty < least_pages * PAGE and not thorough:
+            return False
+        if thorough:
+            self._last_thorough_ms = now
+        await self.flush()
+        return True
+
+    async def close(self) -> None:
+        if self._group_task is not None and not self._group_task.done():
+            await self._group_task
+        for _end, fut in self._waiters:
+            if not fut.done():
+                fut.set_result(False)
+        self._waiters = []

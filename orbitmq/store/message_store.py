@@ -1,0 +1,588 @@
+"""MessageStore: the store facade (contracts.md L3) — wiring, recovery execution, visibility and reads.
+
+Owns the lock/abort files, the CommitLog, FlushService, ConsumeQueueTable, IndexService, checkpoint, epoch file,
+retention and the dispatcher. Single writer: every method runs on the event-loop thread; only fsync goes to a
+worker thread. Records become visible (CQ/index/listeners) only up to confirm_offset. Why: docs/design/store.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from orbitmq.base import marks
+from orbitmq.base.clock import REAL_CLOCK, Clock
+from orbitmq.base.errors import CorruptionError, StoreError
+from orbitmq.model.message import MessageExt
+from orbitmq.model.properties import Prop
+from orbitmq.model.record import decode_record
+from orbitmq.model.tags import tag_code
+from orbitmq.store.checkpoint import CheckpointFile, EpochFile
+from orbitmq.store.commitlog import CommitLog
+from orbitmq.store.config import StoreConfig
+from orbitmq.store.consume_queue import ConsumeQueueTable
+from orbitmq.store.disk import Disk, FileLock, MmapDisk
+from orbitmq.store.dispatch import Dispatcher, DispatchRequest
+from orbitmq.store.flush import FlushService
+from orbitmq.store.index_file import IndexService
+from orbitmq.store.layout import ABORT_FILE, CONSUMEQUEUE_DIR, CQ_FILLER, INDEX_DIR, LOCK_FILE
+from orbitmq.store.recovery import (
+    CheckpointState,
+    Decision,
+    RedispatchFrom,
+    ScanStart,
+    TailAction,
+    choose_checkpoint_file,
+    classify_tail,
+    decide,
+    scan_start,
+)
+from orbitmq.store.results import GetResult, GetStatus, MessageInner, PutResult, PutStatus, QueryResult
+from orbitmq.store.retention import RetentionService
+from orbitmq.store.segment import Segment
+
+log = logging.getLogger(__name__)
+
+_FILLER_SIZE = CQ_FILLER[1]
+MAX_BYTES_IN_MEMORY, MAX_COUNT_IN_MEMORY = 256 * 1024, 32
+MAX_BYTES_ON_DISK, MAX_COUNT_ON_DISK = 64 * 1024, 8
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def request_of(msg: MessageExt) -> DispatchRequest:
+    props = msg.properties
+    return DispatchRequest(
+        msg.topic, msg.queue_id, msg.phys_offset, msg.store_size, tag_code(props.get(Prop.TAGS)),
+        msg.store_timestamp, msg.queue_offset, props.get(Prop.KEYS), props.get(Prop.UNIQ_KEY), msg.sys_flag,
+        msg.prepared_transaction_offset, props,
+    )
+
+
+class MessageStore:
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        clock: Clock = REAL_CLOCK,
+        disk: Disk | None = None,
+        disk_usage: Callable[[], float] | None = None,
+    ) -> None:
+        self.config = config.derive()
+        self.clock = clock
+        self.disk: Disk = disk if disk is not None else MmapDisk()
+        root = self.config.store_path_root_dir
+        self.root_dir = root
+        self._disk_usage = disk_usage or (lambda: self.disk.usage_ratio(root))
+        self.commitlog = CommitLog(root, self.config, self.disk, clock)
+        self.checkpoint = CheckpointFile(root, self.disk)
+        self.epochs = EpochFile(root, self.disk)
+        self.cq_table = ConsumeQueueTable(
+            os.path.join(root, CONSUMEQUEUE_DIR), self.config.mapped_file_size_consume_queue, self.disk
+        )
+        self.index: IndexService | None = None
+        if self.config.message_index_enable:
+            self.index = IndexService(
+                os.path.join(root, INDEX_DIR), self.config.max_hash_slot_num, self.config.max_index_num, self.disk
+            )
+        self.dispatcher = Dispatcher()
+        self.flusher: FlushService | None = None
+        self.retention: RetentionService | None = None
+        self._listeners: list[Callable[[DispatchRequest], None]] = []
+        self._confirm_offset = 0
+        self._visible_on_flush = self.config.confirm_offset_mode == "flushed"
+        self._pending: deque[DispatchRequest] = deque()  # appended, not yet visible ("flushed" mode)
+        self._lock: FileLock | None = None
+        self._loaded = False
+        self._shutdown = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self.background_error: BaseException | None = None
+        self.recovery_decision: Decision | None = None
+        self._memory_window = (self.config.physical_memory_bytes or _physical_memory()) * (
+            self.config.access_message_in_memory_max_ratio
+        ) // 100
+
+    # ---- load / recovery --------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Lock, recover (see recovery.py's table), create the abort marker. Raises StoreError/CorruptionError."""
+        self.disk.makedirs(self.root_dir)
+        self._lock = self.disk.lock(os.path.join(self.root_dir, LOCK_FILE))
+        try:
+            self._load_locked()
+        except BaseException:
+            self._close_files()
+            raise
+        self._loaded = True
+
+    def _load_locked(self) -> None:
+        abort_path = os.path.join(self.root_dir, ABORT_FILE)
+        abort_present = self.disk.exists(abort_path)
+        cp_state = CheckpointState(self.checkpoint.load())
+        self.epochs.load()
+        self.commitlog.load()
+        self.cq_table.load()
+        cq_end = self.cq_table.recover()
+        if self.index is not None:
+            index_ts = self.checkpoint.state.index_msg_timestamp if cp_state is CheckpointState.VALID else 0
+            self.index.load(not abort_present, index_ts)
+        self._recover(abort_present, cp_state, cq_end)
+        self.disk.touch(abort_path)
+        self.flusher = FlushService(self.commitlog, self.disk, self.clock, self._on_flushed)
+        self.retention = RetentionService(
+            self.config, self.commitlog.segments, self.disk, self.clock, self._disk_usage, self._on_segments_deleted
+        )
+        self.dispatcher.register(self.cq_table)
+        if self.index is not None:
+            self.dispatcher.register(self._dispatch_index)
+        self.dispatcher.register(self._dispatch_listeners)
+        self._save_checkpoint()
+
+    def _recover(self, abort_present: bool, cp_state: CheckpointState, cq_end: int) -> None:
+        cl = self.commitlog
+        segs = cl.segments.segments
+        start = scan_start(abort_present, cp_state)
+        if start is ScanStart.THIRD_LAST_FILE:
+            first = max(0, len(segs) - 3)
+        elif start is ScanStart.CHECKPOINT_FILE:
+            min_ts = self.checkpoint.state.min_timestamp(self.index is not None)
+            first = choose_checkpoint_file([cl.first_record_time(s) for s in segs], min_ts)
+        else:
+            first = 0
+        kind, stop = cl.scan(first, self.config.check_crc_on_recover)
+        flushed = self.checkpoint.state.master_flushed_offset if cp_state is CheckpointState.VALID else 0
+        later_valid = stop < flushed and cl.has_valid_record_between(stop, flushed)
+        tail = classify_tail(kind, stop, flushed, later_valid)
+        decision = decide(abort_present, cp_state, tail)
+        self.recovery_decision = decision
+        marks.hit(decision.mark)
+        log.info("store recovery: %s (scan from segment %d, stop at %d: %s)", decision.mark, first, stop, kind.value)
+        if decision.tail_action is TailAction.REFUSE:
+            seg = cl.segments.find(stop)
+            raise CorruptionError(
+                seg.path if seg else "commitlog", stop - (seg.start_offset if seg else 0),
+                f"invalid record at phys offset {stop} inside flushed data (flushed up to {flushed}) with valid "
+                "records after it; refusing to truncate acknowledged messages — restore from a replica or move "
+                "the damaged segment away",
+            )
+        if decision.tail_action is TailAction.TRUNCATE:
+            marks.hit("truncated torn tail")
+        cl.segments.truncate(stop)
+        self._flush_recovered(first)
+        self.cq_table.truncate_dirty(stop)
+        if self.index is not None:
+            self.index.truncate_dirty(stop)
+        self.epochs.truncate(stop)
+        scan_from = segs[first].start_offset if segs and first < len(segs) else stop
+        begin = cq_end if decision.redispatch_from is RedispatchFrom.CQ_END else min(cq_end, scan_from)
+        self._redispatch(max(min(begin, stop), cl.min_offset), stop)
+        self._rebuild_queue_table()
+        self._confirm_offset = stop
+
+    def _flush_recovered(self, first: int) -> None:
+        """What recovery read may sit only in the page cache (process crash): make it durable before use."""
+        for seg in self.commitlog.segments.segments[first:]:
+            if seg.wrote_position:
+                seg.backing.flush(0, seg.wrote_position)
+
+    def _redispatch(self, begin: int, end: int) -> None:
+        n = 0
+        last_ts = self.commitlog.last_store_timestamp
+        for _phys, rec in self.commitlog.iter_records(begin, end):
+            req = request_of(decode_record(rec))
+            self.cq_table.dispatch(req)
+            if self.index is not None:
+                self._dispatch_index(req)
+            last_ts = max(last_ts, req.store_timestamp)
+            n += 1
+        if n:
+            marks.hit("recovery redispatched records")
+        if end > 0 and n == 0:
+            seg = self.commitlog.segments.find(end - 1)
+            if seg is not None:
+                last_ts = max(last_ts, self._last_record_ts(seg))
+        self.commitlog.last_store_timestamp = last_ts
+        log.info("store recovery: re-dispatched %d records from %d to %d", n, begin, end)
+
+    def _last_record_ts(self, seg: Segment) -> int:
+        ts = 0
+        for phys, rec in self.commitlog.iter_records(seg.start_offset, seg.end_offset):
+            ts = self.commitlog.store_timestamp_at(phys, len(rec))
+        return ts
+
+    def _rebuild_queue_table(self) -> None:
+        self.commitlog.topic_queue_table = {
+            f"{t}-{q}": off for (t, q), off in self.cq_table.queue_max_offsets().items()
+        }
+
+    # ---- lifecycle -------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        if not self._loaded:
+            raise StoreError("MessageStore.start() before load()")
+        c = self.config
+        assert self.flusher is not None and self.retention is not None
+        least = 0 if c.sync_flush else c.flush_commitlog_least_pages
+        self._spawn("commitlog flush", self.flusher.run_flush_loop(
+            c.flush_interval_commitlog_ms, least, c.flush_commitlog_thorough_interval_ms))
+        self._spawn("derived flush", self._run_derived_flush_loop())
+        self._spawn("retention", self._run_retention_loop())
+
+    def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=f"store {name}")
+        task.add_done_callback(self._task_done)
+        self._tasks.append(task)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            # No silent restart: the store stops taking writes; the broker reports it and an operator restarts.
+            log.error("store background task %s crashed: %r", task.get_name(), exc, exc_info=exc)
+            self.background_error = exc
+
+    async def _run_derived_flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.flush_interval_consume_queue_ms / 1000)
+            self._flush_derived_and_checkpoint()
+
+    async def _run_retention_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.clean_interval_ms / 1000)
+            assert self.retention is not None
+            self.retention.run_once()
+
+    def _flush_derived_and_checkpoint(self) -> None:
+        logics_ts = self.cq_table.last_dispatch_timestamp
+        self.cq_table.flush()
+        index_ts = self.index.flush() if self.index is not None else 0
+        if not index_ts:
+            index_ts = logics_ts  # no index file yet: nothing indexed can be lost before the logics time
+        st = self.checkpoint.state
+        if logics_ts:
+            st.logics_msg_timestamp = logics_ts
+        if index_ts:
+            st.index_msg_timestamp = index_ts
+        self._save_checkpoint()
+
+    def _save_checkpoint(self) -> None:
+        st = self.checkpoint.state
+        if self.flusher is not None:
+            st.master_flushed_offset = self.flusher.flushed_offset
+            if self.flusher.flushed_store_timestamp:
+                st.physic_msg_timestamp = self.flusher.flushed_store_timestamp
+        st.confirm_phy_offset = self._confirm_offset
+        self.checkpoint.save()
+
+    async def shutdown(self) -> None:
+        """Flush everything, write the checkpoint, delete the abort file, release the lock."""
+        if self._shutdown or not self._loaded:
+            return
+        self._shutdown = True
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        assert self.flusher is not None
+        await self.flusher.flush()
+        await self.flusher.close()
+        self._flush_derived_and_checkpoint()
+        if self.background_error is None:
+            self.disk.delete(os.path.join(self.root_dir, ABORT_FILE))
+        self._close_files()
+
+    def _close_files(self) -> None:
+        self.commitlog.close()
+        self.cq_table.close()
+        if self.index is not None:
+            self.index.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    # ---- writes ------------------------------------------------------------------------------------------
+    def _refuse_reason(self) -> str | None:
+        if not self._loaded or self._shutdown:
+            return "store not running"
+        if self.background_error is not None:
+            return "store background task failed"
+        if self.retention is not None and self.retention.disk_full:
+            return "disk full"
+        return None
+
+    async def put_message(self, msg: MessageInner) -> PutResult:
+        return await self.put_messages([msg])
+
+    async def put_messages(self, msgs: list[MessageInner]) -> PutResult:
+        """Append one message or one batch; in SYNC_FLUSH await the group commit unless WAIT=false."""
+        if not msgs:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL)
+        if self._refuse_reason() is not None:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
+        appended = self.commitlog.append(msgs)
+        result = appended.result
+        if result.status is not PutStatus.PUT_OK:
+            return result
+        if self._visible_on_flush:
+            self._pending.extend(appended.requests)
+        else:
+            self._confirm_offset = appended.end_offset
+            dispatch = self.dispatcher.dispatch
+            for req in appended.requests:
+                dispatch(req)
+        if self.config.sync_flush and msgs[0].properties.get(Prop.WAIT) != "false":
+            assert self.flusher is not None
+            if not await self.flusher.wait_flushed(appended.end_offset, self.config.sync_flush_timeout_ms):
+                result.status = PutStatus.FLUSH_DISK_TIMEOUT
+                marks.hit("sync flush timeout")
+        return result
+
+    def _on_flushed(self, offset: int, _store_ts: int) -> None:
+        if not self._visible_on_flush:
+            return
+        pending = self._pending
+        dispatch = self.dispatcher.dispatch
+        while pending and pending[0].phys_offset + pending[0].size <= offset:
+            dispatch(pending.popleft())
+        self._confirm_offset = max(self._confirm_offset, offset)
+
+    def _dispatch_index(self, req: DispatchRequest) -> None:
+        if req.sys_flag & 0xC == 0xC:  # ROLLBACK records are not indexed
+            return
+        assert self.index is not None
+        self.index.dispatch(req)
+
+    def _dispatch_listeners(self, req: DispatchRequest) -> None:
+        for fn in self._listeners:
+            try:
+                fn(req)
+            except Exception:  # a listener (long-poll notifier) must not break the write path
+                log.exception("dispatch listener failed")
+
+    def add_dispatch_listener(self, fn: Callable[[DispatchRequest], None]) -> None:
+        self._listeners.append(fn)
+
+    # ---- reads -------------------------------------------------------------------------------------------
+    def get_message(
+        self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+        tag_filter: Callable[[int], bool] | None = None,
+    ) -> GetResult:
+        cq = self.cq_table.find(topic, queue_id)
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_off, max_off = cq.min_offset, cq.max_offset
+        if max_off == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+        if offset < min_off:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+        if offset == max_off:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+        if offset > max_off:
+            nxt = min_off if min_off == 0 else max_off
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, nxt, min_off, max_off)
+        scan_entries = max(16000, max_msg_nums * 20) // 20
+        entries = cq.read(offset, scan_entries)
+        if not entries:
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.segment_end_offset(offset), min_off, max_off)
+        return self._collect(entries, offset, max_msg_nums, tag_filter, min_off, max_off)
+
+    def _collect(
+        self, entries: list[tuple[int, int, int]], offset: int, max_msg_nums: int,
+        tag_filter: Callable[[int], bool] | None, min_off: int, max_off: int,
+    ) -> GetResult:
+        cl = self.commitlog
+        max_phys = cl.max_offset
+        min_phys = cl.min_offset
+        window = self._memory_window
+        status = GetStatus.NO_MATCHED_MESSAGE
+        buffers: list[bytes | memoryview] = []
+        total = 0
+        max_pulled_phys = 0
+        skip_below = -1
+        scanned = 0
+        for phys, size, tags in entries:
+            if size == _FILLER_SIZE or phys < skip_below:
+                scanned += 1
+                continue
+            in_disk = max_phys - phys > window
+            if buffers:
+                if len(buffers) >= max_msg_nums:
+                    break
+                if in_disk:
+                    if total + size > MAX_BYTES_ON_DISK or len(buffers) >= MAX_COUNT_ON_DISK:
+                        break
+                elif total + size > MAX_BYTES_IN_MEMORY or len(buffers) >= MAX_COUNT_IN_MEMORY:
+                    break
+            scanned += 1
+            if tag_filter is not None and not tag_filter(tags):
+                continue
+            view = cl.read(phys, size) if phys >= min_phys else None
+            if view is None:
+                if not buffers:
+                    status = GetStatus.MESSAGE_WAS_REMOVING
+                seg_size = cl.segments.segment_size
+                skip_below = phys - phys % seg_size + seg_size
+                continue
+            buffers.append(view)
+            total += size
+            max_pulled_phys = phys
+        if buffers:
+            status = GetStatus.FOUND
+        suggest = buffers != [] and (max_phys - max_pulled_phys) > window
+        return GetResult(status, offset + scanned, min_off, max_off, buffers, len(buffers), total, suggest)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.cq_table.find(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.cq_table.find(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def _store_time(self, phys: int, size: int) -> int:
+        if phys < self.commitlog.min_offset:
+            return -1
+        return self.commitlog.store_timestamp_at(phys, size)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        cq = self.cq_table.find(topic, queue_id)
+        return cq.offset_by_time(timestamp_ms, self._store_time) if cq is not None else 0
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        cq = self.cq_table.find(topic, queue_id)
+        if cq is None or cq.max_offset <= cq.min_offset:
+            return -1
+        for phys, size, _tags in cq.read(cq.min_offset, 64):
+            if size != _FILLER_SIZE:
+                return self._store_time(phys, size)
+        return -1
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        cq = self.cq_table.find(topic, queue_id)
+        entries = cq.read(queue_offset, 1) if cq is not None else []
+        return self._store_time(entries[0][0], entries[0][1]) if entries else -1
+
+    def _visible_record(self, phys_offset: int) -> memoryview | None:
+        if phys_offset < self.commitlog.min_offset or phys_offset >= self._confirm_offset:
+            return None
+        rec = self.commitlog.read_record(phys_offset)
+        if rec is None or phys_offset + len(rec) > self._confirm_offset:
+            return None
+        return rec
+
+    def look_message_by_offset(self, phys_offset: int) -> MessageExt | None:
+        rec = self._visible_record(phys_offset)
+        if rec is None:
+            return None
+        try:
+            return decode_record(rec)
+        except CorruptionError:
+            return None
+
+    def select_one_message_by_offset(self, phys_offset: int) -> bytes | None:
+        rec = self._visible_record(phys_offset)
+        return bytes(rec) if rec is not None else None
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> QueryResult:
+        if self.index is None:
+            return QueryResult()
+        phys_list, last_ts, last_phy = self.index.query(topic, key, max_num, begin_ts, end_ts)
+        out = QueryResult([], last_ts, last_phy)
+        for phys in phys_list:
+            msg = self.look_message_by_offset(phys)
+            if msg is None or msg.topic != topic or not begin_ts <= msg.store_timestamp <= end_ts:
+                continue
+            if key in msg.keys or msg.properties.get(Prop.UNIQ_KEY) == key:
+                rec = self._visible_record(phys)
+                if rec is not None:
+                    out.buffers.append(bytes(rec))
+        return out
+
+    # ---- admin / replication -----------------------------------------------------------------------------
+    def delete_topics(self, topics: set[str]) -> None:
+        for t in topics:
+            self.cq_table.delete_topic(t)
+        prefixes = tuple(f"{t}-" for t in topics)
+        table = self.commitlog.topic_queue_table
+        for key in [k for k in table if k.startswith(prefixes) and k.rpartition("-")[0] in topics]:
+            del table[key]
+
+    def truncate_dirty(self, phys_offset: int) -> None:
+        """Drop everything at/after phys_offset (a record boundary): CommitLog, CQ, index, epochs."""
+        if phys_offset >= self.commitlog.max_offset:
+            return
+        marks.hit("store truncate dirty")
+        self.commitlog.segments.truncate(phys_offset)
+        self.cq_table.truncate_dirty(phys_offset)
+        if self.index is not None:
+            self.index.truncate_dirty(phys_offset)
+        if self.flusher is not None:
+            self.flusher.reset(phys_offset)
+        self.epochs.truncate(phys_offset)
+        while self._pending and self._pending[-1].phys_offset >= phys_offset:
+            self._pending.pop()
+        self._confirm_offset = min(self._confirm_offset, phys_offset)
+        self._rebuild_queue_table()
+        if self.flusher is not None:
+            # the checkpoint must not claim flushed data past the new end: recovery would see a later valid
+            # (re-appended) region as corruption inside flushed data
+            self._save_checkpoint()
+
+    @property
+    def master_epoch(self) -> int:
+        return self.epochs.current
+
+    def set_master_epoch(self, epoch: int, start_offset: int) -> None:
+        self.epochs.set(epoch, start_offset)
+
+    def _on_segments_deleted(self, min_phys: int) -> None:
+        self.cq_table.delete_expired(min_phys)
+        if self.index is not None:
+            self.index.delete_expired(min_phys)
+
+    @property
+    def max_phys_offset(self) -> int:
+        return self.commitlog.max_offset
+
+    @property
+    def min_phys_offset(self) -> int:
+        return self.commitlog.min_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.flusher.flushed_offset if self.flusher is not None else 0
+
+    @property
+    def confirm_offset(self) -> int:
+        return self._confirm_offset
+
+    def is_in_memory(self, phys_offset: int) -> bool:
+        return self.commitlog.max_offset - phys_offset <= self._memory_window
+
+    def runtime_info(self) -> dict[str, str]:
+        d = self.recovery_decision
+        return {
+            "commitLogMinOffset": str(self.min_phys_offset),
+            "commitLogMaxOffset": str(self.max_phys_offset),
+            "commitLogFlushedOffset": str(self.flushed_offset),
+            "confirmOffset": str(self.confirm_offset),
+            "flushDiskType": self.config.flush_disk_type,
+            "confirmOffsetMode": str(self.config.confirm_offset_mode),
+            "commitLogSegments": str(len(self.commitlog.segments)),
+            "flushCount": str(self.flusher.flush_count if self.flusher else 0),
+            "diskFull": str(bool(self.retention and self.retention.disk_full)).lower(),
+            "masterEpoch": str(self.master_epoch),
+            "recovery": d.mark if d is not None else "",
+            "backgroundError": repr(self.background_error) if self.background_error else "",
+        }
