@@ -53,7 +53,7 @@ class LongPollService:
         self._loop_thread: int | None = None
         self.answered_count = 0
         self.timeout_count = 0
-        self._wake_event: asyncio.Event | None = None  # set by hold() when the checker should wake earlier
+        self._wake_fut: asyncio.Future[bool] | None = None  # resolved by hold() to wake the checker earlier
         self._next_check_ms: int | None = None
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -69,8 +69,9 @@ class LongPollService:
              codes: frozenset[int] | None) -> None:
         deadline = self._clock() + hold_ms
         req = HeldPull(conn, request, topic, queue_id, queue_offset, deadline, codes)
-        if self._wake_event is not None and (self._next_check_ms is None or deadline < self._next_check_ms):
-            self._wake_event.set()
+        fut = self._wake_fut
+        if fut is not None and not fut.done() and (self._next_check_ms is None or deadline < self._next_check_ms):
+            fut.set_result(False)
         key = (topic, queue_id)
         lst = self._held.get(key)
         if lst is None:
@@ -192,7 +193,7 @@ class LongPollService:
     async def run_check_loop(self, interval_ms: int, granularity_ms: int = 200) -> None:
         """Checker: every interval_ms, or sooner when a deadline falls before the next tick (deadlines are
         honoured to within granularity_ms, so a table of thousands is not rescanned per deadline)."""
-        self._wake_event = event = asyncio.Event()
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 now = self._clock()
@@ -201,16 +202,24 @@ class LongPollService:
                 if nd is not None:
                     wait = max(granularity_ms, min(wait, nd - now))
                 self._next_check_ms = now + wait
+                # a timed wait that creates no task: a timer resolves the future unless hold() does first
+                self._wake_fut = fut = loop.create_future()
+                handle = loop.call_later(wait / 1000, _resolve, fut, True)
                 try:
-                    await asyncio.wait_for(event.wait(), wait / 1000)
-                    event.clear()
-                    continue  # a request with an earlier deadline arrived: recompute the wait
-                except TimeoutError:
-                    pass
-                self.check()
+                    timed_out = await fut
+                finally:
+                    handle.cancel()
+                    self._wake_fut = None
+                if timed_out:
+                    self.check()
+                # else: a request with an earlier deadline arrived; recompute the wait
         finally:
-            self._wake_event = None
             self._next_check_ms = None
+
+
+def _resolve(fut: asyncio.Future[Any], value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
 
 
 def _error_response(request: Any, exc: Exception) -> Any:

@@ -1,5 +1,5 @@
 """Name-server registration: REGISTER_BROKER to every name server at start, every registerNameServerPeriod and
-soon (debounced) after topic changes; UNREGISTER_BROKER at stop. Failures are logged and retried next period.
+right after topic changes (coalesced); UNREGISTER_BROKER at stop. Failures are logged and retried next period.
 
 Talks to name servers through orbitmq.remoting + orbitmq.protocol only (never the client SDK).
 """
@@ -32,7 +32,8 @@ class BrokerRegistration:
         self._config_fn = config_fn  # the broker's current config (ports are known only after bind)
         self._topics = topics
         self._client = client
-        self._wakeup = asyncio.Event()
+        self._wake_pending = False
+        self._wake_fut: asyncio.Future[None] | None = None
         self.master_addr: str | None = None  # from the name server's answer (slaves)
         self.ha_master_addr: str | None = None
         self.success_count = 0
@@ -40,7 +41,24 @@ class BrokerRegistration:
 
     def request_soon(self) -> None:
         """Ask for a re-registration soon (topic table changed); coalesced with other requests."""
-        self._wakeup.set()
+        self._wake_pending = True
+        fut = self._wake_fut
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    async def _sleep_until_woken(self, timeout_s: float) -> bool:
+        """True if request_soon() was called (before or during the wait), False on timeout. Creates no task."""
+        if self._wake_pending:
+            return True
+        loop = asyncio.get_running_loop()
+        self._wake_fut = fut = loop.create_future()
+        handle = loop.call_later(timeout_s, _resolve, fut)
+        try:
+            await fut
+        finally:
+            handle.cancel()
+            self._wake_fut = None
+        return self._wake_pending
 
     def build_body(self) -> bytes:
         cfg = self._config_fn()
@@ -73,8 +91,11 @@ class BrokerRegistration:
         ext["haServerAddr"] = cfg.ha_server_addr
         ext["compressed"] = "true" if cfg.compressed_register else "false"
         ext["bodyCrc32"] = str(zlib.crc32(body) & 0x7FFFFFFF)
-        results = await asyncio.gather(*(self._register_one(a, ext, body, cfg.register_broker_timeout_mills)
-                                         for a in addrs))
+        timeout = cfg.register_broker_timeout_mills
+        if len(addrs) == 1:  # the common case: no helper tasks
+            results = [await self._register_one(addrs[0], ext, body, timeout)]
+        else:
+            results = await asyncio.gather(*(self._register_one(a, ext, body, timeout) for a in addrs))
         return sum(1 for ok in results if ok)
 
     async def _register_one(self, addr: str, ext: dict[str, str], body: bytes, timeout_ms: int) -> bool:
@@ -120,13 +141,15 @@ class BrokerRegistration:
         last = loop.time()
         while True:
             period_s = self._config_fn().register_name_server_period / 1000
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), timeout=period_s)
+            if await self._sleep_until_woken(period_s):
                 gap = MIN_SPACING_MS / 1000 - (loop.time() - last)
                 if gap > 0:
                     await asyncio.sleep(gap)
-            except TimeoutError:
-                pass
-            self._wakeup.clear()  # changes made from here on trigger the next round
+            self._wake_pending = False  # changes made from here on trigger the next round
             last = loop.time()
             await self.register_all()
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

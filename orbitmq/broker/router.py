@@ -1,6 +1,6 @@
 """Router: one dict lookup from request code to handler; unknown codes get REQUEST_CODE_NOT_SUPPORTED.
 
-While the broker is stopping, new requests are refused with SERVICE_NOT_AVAILABLE (clients retry elsewhere).
+While the broker is starting or stopping, requests are refused with SERVICE_NOT_AVAILABLE (clients retry elsewhere).
 """
 
 from __future__ import annotations
@@ -22,14 +22,12 @@ class Router:
 
     def __call__(self, conn: Any, cmd: RemotingCommand) -> Any:
         handler = self._table.get(cmd.code)
-        if handler is None:
+        if handler is None or not self.accepting:
             if cmd.is_oneway:
                 return None
+            if not self.accepting:  # starting (handlers not wired yet) or stopping
+                return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "broker is starting or shutting down")
             return cmd.response(_NOT_SUPPORTED, f" request type {cmd.code} not supported")
-        if not self.accepting:
-            if cmd.is_oneway:
-                return None
-            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "broker is shutting down")
         return handler(conn, cmd)
 
     def add(self, table: Mapping[int, Any]) -> None:

@@ -63,12 +63,7 @@ class PullProcessor:
         """Second processing of a held request: no suspension, no offset commit."""
         return self.process(conn, req, allow_suspend=False)
 
-    def _fail(self, req: RemotingCommand, code: int, remark: str) -> RemotingCommand:
-        return req.response(code, remark)
-
     def process(self, conn: Any, req: RemotingCommand, allow_suspend: bool) -> RemotingCommand | None:
-        ctx = self.ctx
-        cfg = ctx.config
         ext = req.ext_fields
         group = ext_str(ext, "consumerGroup")
         topic = ext_str(ext, "topic")
@@ -78,59 +73,73 @@ class PullProcessor:
         sys_flag = ext_int(ext, "sysFlag")
         commit_offset = ext_int(ext, "commitOffset")
         suspend_timeout_ms = ext_int(ext, "suspendTimeoutMillis")
-        sub_version = ext_int(ext, "subVersion")
+        checked = self._check(conn, req, group, topic, queue_id, sys_flag)
+        if isinstance(checked, RemotingCommand):
+            return checked
+        sgc, codes = checked
+        result = self.ctx.store.get_message(group, topic, queue_id, queue_offset, max_msg_nums,
+                                            codes.__contains__ if codes is not None else None)
+        response = self._respond(conn, req, result, sgc, codes, topic, queue_id, queue_offset, sys_flag,
+                                 suspend_timeout_ms, allow_suspend)
+        if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not self.ctx.config.is_slave:
+            self.ctx.offsets.commit(group, topic, queue_id, commit_offset)
+        return response
 
+    def _check(self, conn: Any, req: RemotingCommand, group: str, topic: str, queue_id: int,
+               sys_flag: int) -> RemotingCommand | tuple[Any, frozenset[int] | None]:
+        """The §3.2 checks in Java order: an error response, or (group config, tag codes or None for all)."""
+        ctx = self.ctx
+        cfg = ctx.config
         if not cfg.broker_permission & Perm.READ:
-            return self._fail(req, ResponseCode.NO_PERMISSION,
-                              f"the broker[{cfg.broker_ip1}] pulling message is forbidden")
+            return req.response(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] pulling message is forbidden")
         sgc = ctx.groups.find_or_create(group)
         if sgc is None:
-            return self._fail(req, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                              f"subscription group [{group}] does not exist, apply first please!")
+            return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group [{group}] does not exist, apply first please!")
         if not sgc.consume_enable:
-            return self._fail(req, ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+            return req.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
         tc = ctx.topics.get(topic)
         if tc is None:
-            return self._fail(req, ResponseCode.TOPIC_NOT_EXIST,
-                              f"topic[{topic}] not exist, apply first please!")
+            return req.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if not tc.perm & Perm.READ:
-            return self._fail(req, ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+            return req.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
         if queue_id < 0 or queue_id >= tc.read_queue_nums:
-            return self._fail(req, ResponseCode.SYSTEM_ERROR,
-                              f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
-                              f"[{tc.read_queue_nums}] consumer:[{getattr(conn, 'remote_addr', '')}]")
-
-        # ---- subscription ----
+            return req.response(ResponseCode.SYSTEM_ERROR,
+                                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
+                                f"[{tc.read_queue_nums}] consumer:[{getattr(conn, 'remote_addr', '')}]")
         if sys_flag & FLAG_SUBSCRIPTION:
-            expression = ext_str(ext, "subscription", "*")
-            expression_type = ext_str(ext, "expressionType", "TAG") or "TAG"
+            expression = ext_str(req.ext_fields, "subscription", "*")
+            expression_type = ext_str(req.ext_fields, "expressionType", "TAG") or "TAG"
         else:
             cgi = ctx.clients.consumer_group(group)
             if cgi is None:
-                return self._fail(req, ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                                  f"the consumer's group info not exist, {group}")
+                return req.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                    f"the consumer's group info not exist, {group}")
             if not sgc.consume_broadcast_enable and cgi.message_model == "BROADCASTING":
-                return self._fail(req, ResponseCode.NO_PERMISSION,
-                                  f"the consumer group[{group}] can not consume by broadcast way")
+                return req.response(ResponseCode.NO_PERMISSION,
+                                    f"the consumer group[{group}] can not consume by broadcast way")
             sub = cgi.subscriptions.get(topic)
             if sub is None:
-                return self._fail(req, ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                                  f"the consumer's subscription not exist, {group}")
-            if sub.sub_version < sub_version:
-                return self._fail(req, ResponseCode.SUBSCRIPTION_NOT_LATEST,
-                                  "the consumer's subscription not latest")
+                return req.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                    f"the consumer's subscription not exist, {group}")
+            if sub.sub_version < ext_int(req.ext_fields, "subVersion", 0):
+                return req.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
             expression = sub.sub_string
             expression_type = sub.expression_type or "TAG"
         if expression_type != "TAG":
-            return self._fail(req, ResponseCode.SYSTEM_ERROR,
-                              f"The broker does not support consumer to filter message by {expression_type}")
+            return req.response(ResponseCode.SYSTEM_ERROR,
+                                f"The broker does not support consumer to filter message by {expression_type}")
         codes = tag_codes(expression)
         if codes is not None and topic.startswith(RETRY_PREFIX) and not cfg.filter_support_retry:
             codes = None
+        return sgc, codes
 
-        # ---- read ----
-        result = ctx.store.get_message(group, topic, queue_id, queue_offset, max_msg_nums,
-                                       codes.__contains__ if codes is not None else None)
+    def _respond(self, conn: Any, req: RemotingCommand, result: Any, sgc: Any, codes: frozenset[int] | None,
+                 topic: str, queue_id: int, queue_offset: int, sys_flag: int, suspend_timeout_ms: int,
+                 allow_suspend: bool) -> RemotingCommand | None:
+        """Status -> response (§3.2 table), or park the request (None) for long polling."""
+        ctx = self.ctx
+        cfg = ctx.config
         status = result.status
         code = _status_code(status, queue_offset)
         if cfg.slave_read_enable:
@@ -143,32 +152,24 @@ class PullProcessor:
                 suggest = MASTER_ID
             elif code == _MOVED:
                 code = _RETRY_NOW  # slaves do not correct offsets (offsetCheckInSlave=false)
-        next_begin = result.next_begin_offset
-
-        response: RemotingCommand | None
         if code == _OK:
             buffers = result.buffers
-            body = buffers[0] if len(buffers) == 1 else b"".join(buffers)
-            if not isinstance(body, bytes):
-                body = bytes(body)
+            body = b"".join(buffers)
             ctx.stats.on_get(result.msg_count, len(body))
             response = req.response(code, status.value, body=body)
         elif code == _NOT_FOUND and allow_suspend and sys_flag & FLAG_SUSPEND and self.long_poll is not None:
             hold_ms = suspend_timeout_ms if cfg.long_polling_enable else cfg.short_polling_time_mills
             self.long_poll.hold(conn, req, topic, queue_id, queue_offset, hold_ms, codes)
-            response = None
+            return None
         else:
             ctx.stats.on_get(0, 0)
             response = req.response(code, status.value)
-        if response is not None:
-            response.ext_fields = {
-                "suggestWhichBrokerId": str(suggest),
-                "nextBeginOffset": str(next_begin),
-                "minOffset": str(result.min_offset),
-                "maxOffset": str(result.max_offset),
-            }
-        if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not cfg.is_slave:
-            ctx.offsets.commit(group, topic, queue_id, commit_offset)
+        response.ext_fields = {
+            "suggestWhichBrokerId": str(suggest),
+            "nextBeginOffset": str(result.next_begin_offset),
+            "minOffset": str(result.min_offset),
+            "maxOffset": str(result.max_offset),
+        }
         return response
 
 
