@@ -51,7 +51,8 @@ class TaskSet:
                 t.cancel()
             done, pending = await asyncio.wait(tasks, timeout=timeout_s)
             if pending:
-                log.error("%s: %d tasks did not stop within %.1fs", self.name, len(pending), timeout_s)
+                log.error("%s: %d tasks did not stop within %.1fs: %s", self.name, len(pending), timeout_s,
+                          ", ".join(sorted(t.get_name() for t in pending)))
                 for t in pending:
                     self._tasks.discard(t)
                 break
