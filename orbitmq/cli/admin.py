@@ -23,6 +23,7 @@ from orbitmq.model.record import iter_records
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies import (
     ClusterInfo,
+    ConsumerConnection,
     ConsumeStats,
     KVTable,
     ResetOffsetBody,
@@ -435,16 +436,22 @@ def consumer_progress(group: str, topic: str | None, namesrv: str, json_mode: bo
         tps = 0.0
         errors: list[BrokerError] = []
         for _, addr in targets:
-            try:
-                resp = await s.call(addr, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic})
-            except BrokerError as exc:
-                errors.append(exc)
-                continue
-            stats = ConsumeStats.from_json(resp.body)
-            merged.update(stats.offset_table)
-            tps += stats.consume_tps
+            # No -t: the broker reports topics with committed offsets; add what online members subscribe to,
+            # so a group shows up before its first offset commit.
+            topics: list[str | None] = [topic] if topic else [None, *await _subscribed_topics(s, addr, group)]
+            for t in topics:
+                try:
+                    resp = await s.call(addr, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group, "topic": t})
+                except BrokerError as exc:
+                    errors.append(exc)
+                    continue
+                stats = ConsumeStats.from_json(resp.body)
+                merged.update(stats.offset_table)
+                tps += stats.consume_tps if t is None or topic else 0.0
         if not merged and errors:
             raise errors[0]
+        if not merged:
+            click.echo(f"orbitmq: note: group {group} has no committed offset and no online consumer", err=True)
         rows = []
         for mq, w in sorted(merged.items(), key=lambda kv: (kv[0].topic, kv[0].broker_name, kv[0].queue_id)):
             lag = max(0, w.broker_offset - max(w.consumer_offset, 0))
@@ -457,6 +464,15 @@ def consumer_progress(group: str, topic: str | None, namesrv: str, json_mode: bo
                   numeric=("queue", "brokerOffset", "consumerOffset", "lag"))
 
     run_admin(namesrv, timeout_ms, action)
+
+
+async def _subscribed_topics(s: AdminSession, addr: str, group: str) -> list[str]:
+    try:
+        resp = await s.call(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+    except BrokerError:
+        return []  # CONSUMER_NOT_ONLINE: nobody connected
+    conn = ConsumerConnection.from_json(resp.body)
+    return sorted(t for t in conn.subscription_table if not t.startswith("%RETRY%"))
 
 
 async def _group_brokers(s: AdminSession, group: str, topic: str | None) -> list[tuple[str, str]]:

@@ -106,7 +106,7 @@ async def _produce(topic: str, tag: str | None, keys: str | None, count: int, bo
                 mq = result.message_queue
                 click.echo(f"{result.status.value} msgId={result.msg_id} queue={mq.broker_name}/{mq.queue_id} "
                            f"offset={result.queue_offset}")
-    except CliError:
+    except (CliError, BrokenPipeError):
         raise
     except Exception as exc:  # noqa: BLE001 - SDK errors become the one-line error
         if sent:
@@ -155,27 +155,35 @@ def consume_command(topic: str, group: str | None, expression: str, count: int, 
     group = group or f"orbitmq-cli-{os.getpid()}-{int(time.time())}"
     if sys.stderr.isatty():
         click.echo(f"consuming {topic} as group {group} (Ctrl-C to stop)", err=True)
-    got = run_async(_consume(topic, group, expression, count, from_beginning, idle_timeout, broadcast, namesrv,
+    got, closed = run_async(_consume(topic, group, expression, count, from_beginning, idle_timeout, broadcast, namesrv,
                              fmt))
+    if closed:
+        raise BrokenPipeError
     if count and got < count:
         raise CliError(f"received {got} of {count} message(s) before the idle timeout", EXIT_FAILURE)
 
 
 async def _consume(topic: str, group: str, expression: str, count: int, from_beginning: bool,
-                   idle_timeout: float, broadcast: bool, namesrv: str, fmt: str) -> int:
+                   idle_timeout: float, broadcast: bool, namesrv: str, fmt: str) -> tuple[int, bool]:
     from orbitmq.client import ConsumeResult, PushConsumer
 
     loop = asyncio.get_running_loop()
     done = asyncio.Event()
     never = asyncio.Event()
-    state = {"printed": 0, "last": time.monotonic()}
+    state: dict[str, Any] = {"printed": 0, "last": time.monotonic(), "closed": False}
 
     async def listener(msgs: list[MessageExt]) -> ConsumeResult:
         for m in msgs:
-            if count and state["printed"] >= count:
-                # Past the limit: hold the message until shutdown cancels us, so its offset is not committed.
+            if state["closed"] or (count and state["printed"] >= count):
+                # Past the limit (or stdout closed): hold the message until shutdown cancels us, so its offset
+                # is not committed.
                 await never.wait()
-            click.echo(format_message(m, fmt))
+            try:
+                click.echo(format_message(m, fmt))
+            except BrokenPipeError:  # `orbitmq consume ... | head`
+                state["closed"] = True
+                done.set()
+                await never.wait()
             state["printed"] += 1
             state["last"] = time.monotonic()
             if count and state["printed"] >= count:
@@ -205,4 +213,4 @@ async def _consume(topic: str, group: str, expression: str, count: int, from_beg
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         await consumer.shutdown()
-    return state["printed"]
+    return state["printed"], state["closed"]

@@ -5,6 +5,8 @@ bench). `python -m orbitmq.cli.main ...` works as well as the installed `orbitmq
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from typing import Any
 
 import click
@@ -32,7 +34,9 @@ class OrbitGroup(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit, KeyboardInterrupt):
             raise
-        except BrokenPipeError:  # `orbitmq topicList | head`
+        except BrokenPipeError:  # `orbitmq topicList | head`: quiet exit, no flush error at interpreter exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
             raise SystemExit(0) from None
         except OrbitMQError as exc:
             if (ctx.obj or {}).get("debug"):

@@ -68,7 +68,9 @@ async def run_periodic(name: str, interval_ms: int, fn: Callable[[], Awaitable[N
             await asyncio.sleep(delay / 1000)
         else:
             try:
-                await asyncio.wait_for(wake.wait(), delay / 1000)
+                # asyncio.timeout, not wait_for: wait_for on 3.11 can swallow a cancel that races the wake-up
+                async with asyncio.timeout(delay / 1000):
+                    await wake.wait()
             except TimeoutError:
                 pass
             wake.clear()

@@ -1,6 +1,6 @@
 """Domain types and the pure codecs shared by store, broker and client (sans-IO)."""
 
-from orbitmq.model.enums import FlushDiskType, MessageModel, BrokerRole, Perm, SysFlag, TopicFilterType
+from orbitmq.model.enums import BrokerRole, FlushDiskType, MessageModel, Perm, SysFlag, TopicFilterType
 from orbitmq.model.message import Message, MessageExt
 from orbitmq.model.msg_id import UniqIdGenerator, decode_offset_msg_id, offset_msg_id
 from orbitmq.model.properties import Prop, decode_properties, encode_properties

@@ -2,26 +2,26 @@
 
 from __future__ import annotations
 
-from enum import Enum, IntEnum, IntFlag
+from enum import IntEnum, IntFlag, StrEnum
 
 
-class BrokerRole(str, Enum):
+class BrokerRole(StrEnum):
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
     SLAVE = "SLAVE"
 
 
-class FlushDiskType(str, Enum):
+class FlushDiskType(StrEnum):
     ASYNC_FLUSH = "ASYNC_FLUSH"
     SYNC_FLUSH = "SYNC_FLUSH"
 
 
-class MessageModel(str, Enum):
+class MessageModel(StrEnum):
     BROADCASTING = "BROADCASTING"
     CLUSTERING = "CLUSTERING"
 
 
-class TopicFilterType(str, Enum):
+class TopicFilterType(StrEnum):
     SINGLE_TAG = "SINGLE_TAG"
     MULTI_TAG = "MULTI_TAG"
 

@@ -39,9 +39,12 @@ class Prop:
 def encode_properties(props: dict[str, str] | None) -> str:
     if not props:
         return ""
-    return PROPERTY_SEPARATOR.join(
-        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items() if v is not None
-    )
+    try:  # fast path, all at C level: every key and value is a str
+        return PROPERTY_SEPARATOR.join(map(NAME_VALUE_SEPARATOR.join, props.items()))
+    except TypeError:  # a None (skipped) or non-str value (formatted)
+        return PROPERTY_SEPARATOR.join(
+            f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items() if v is not None
+        )
 
 
 def decode_properties(text: str | None) -> dict[str, str]:

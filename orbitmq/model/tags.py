@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import struct
 from functools import lru_cache
+from operator import mul
+
+_POW_LEN = 512
+_WEIGHTS: dict[int, tuple[int, ...]] = {}  # n -> (31**(n-1), ..., 31, 1) mod 2**32, built on first use
+
+
+def _weights(n: int) -> tuple[int, ...]:
+    w = _WEIGHTS[n] = tuple(pow(31, n - 1 - i, 1 << 32) for i in range(n))
+    return w
 
 
 def java_hash(s: str) -> int:
     """Java String.hashCode over UTF-16 code units, signed 32-bit."""
-    h = 0
     if s.isascii():
-        for ch in s.encode("ascii"):
-            h = (31 * h + ch) & 0xFFFFFFFF
+        units: bytes | tuple[int, ...] = s.encode("ascii")
     else:
         data = s.encode("utf-16-be")
-        for i in range(0, len(data), 2):
-            h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+        units = struct.unpack(f">{len(data) // 2}H", data)
+    n = len(units)
+    if n <= _POW_LEN:
+        # hashCode = sum(unit[i] * 31**(n-1-i)) mod 2**32: a C-level multiply-accumulate, not a Python loop
+        h = sum(map(mul, units, _WEIGHTS.get(n) or _weights(n))) & 0xFFFFFFFF
+    else:
+        h = 0
+        for u in units:
+            h = (31 * h + u) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
 
 

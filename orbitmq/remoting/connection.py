@@ -2,7 +2,8 @@
 
 An asyncio.Protocol (no streams): frames are decoded in data_received, responses resolve futures in a
 per-connection opaque -> Future table, requests go to the handler. Malformed input closes this connection
-only. Reading pauses while the transport's write buffer is above its high-water mark.
+only. Outgoing frames are coalesced: send() queues, one transport.write per event-loop iteration (or per
+data_received) carries them all. Reading pauses while the transport's write buffer is above its high-water mark.
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._batch: list[bytes] | None = None
+        self._wbuf: list[bytes] = []  # frames queued by send(), written together by _flush_writes
+        self._wbuf_size = 0
+        self._flush_scheduled = False
         self._last_activity = 0.0
         self._idle_handle: asyncio.TimerHandle | None = None
         self._closed_fut: asyncio.Future[None] = self._loop.create_future()
@@ -99,7 +102,6 @@ class Connection(asyncio.Protocol):
         except ProtocolError as e:
             error = e
             cmds = getattr(e, "frames", [])
-        self._batch = batch = []
         try:
             for cmd in cmds:
                 if cmd.flag & 1:
@@ -107,10 +109,8 @@ class Connection(asyncio.Protocol):
                 else:
                     self._on_request(cmd)
         finally:
-            self._batch = None
-            if batch and not self.closed:
-                assert self._transport is not None
-                self._transport.write(batch[0] if len(batch) == 1 else b"".join(batch))
+            if self._wbuf:  # responses produced synchronously for this chunk leave in one write
+                self._flush_writes()
         if error is not None:
             log.warning("%s: malformed frame from %s, closing: %s", self.name, self.remote_addr, error)
             self.close()
@@ -137,6 +137,8 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._wbuf.clear()
+        self._wbuf_size = 0
         if self._idle_handle is not None:
             self._idle_handle.cancel()
             self._idle_handle = None
@@ -222,11 +224,29 @@ class Connection(asyncio.Protocol):
             log.debug("%s: drop frame code=%d to closed %s", self.name, cmd.code, self.remote_addr)
             return
         frame = encode_frame(cmd)
-        if self._batch is not None:
-            self._batch.append(frame)
+        self._wbuf.append(frame)
+        self._wbuf_size += len(frame)
+        if self._wbuf_size >= self._high_water:
+            # never hold more than a high-water mark ourselves: the transport's buffer limits (and so
+            # pause_writing back-pressure) see the bytes now
+            self._flush_writes()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush_writes)
+
+    def _flush_writes(self) -> None:
+        """Hand every queued frame to the transport in one write (one syscall when the socket is writable)."""
+        self._flush_scheduled = False
+        buf = self._wbuf
+        if not buf:
             return
-        assert self._transport is not None
-        self._transport.write(frame)
+        data = buf[0] if len(buf) == 1 else b"".join(buf)
+        buf.clear()
+        self._wbuf_size = 0
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        transport.write(data)
         self._last_activity = self._loop.time()
 
     async def invoke(self, cmd: RemotingCommand, timeout_ms: int = 3000) -> RemotingCommand:
@@ -266,9 +286,7 @@ class Connection(asyncio.Protocol):
             return
         self.closed = True
         if self._transport is not None and not self._transport.is_closing():
-            if self._batch:  # responses produced earlier in this data_received go out first
-                self._transport.write(b"".join(self._batch))
-                self._batch.clear()
+            self._flush_writes()  # frames queued before the close go out first
             self._transport.close()
             if self._transport.get_write_buffer_size():
                 self._loop.call_later(CLOSE_GRACE_S, self._abort_if_open)
@@ -280,6 +298,8 @@ class Connection(asyncio.Protocol):
     def abort(self) -> None:
         """Immediate close, buffered data dropped."""
         self.closed = True
+        self._wbuf.clear()
+        self._wbuf_size = 0
         if self._transport is not None:
             self._transport.abort()
 

@@ -220,6 +220,9 @@ class ConsumeQueue:
             marks.hit("cq queue offset already written")
             return None
         empty = self._end_bytes <= self._min_bytes  # nothing readable: a (re)started queue
+        if empty and self._tail is not None and pos >= self._tail.start + self._seg_size:
+            marks.hit("cq empty queue restarted further on")
+            self.destroy()  # only expired entries or fillers: start over at the segment holding pos
         if self._tail is None:
             # the segment holding pos is created and pre-filled up to pos with fillers
             start = pos - pos % self._seg_size

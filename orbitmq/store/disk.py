@@ -9,6 +9,7 @@ Writers write straight into `buf` then call `mark_written(start, end)` (SimDisk 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import mmap
 import os
@@ -31,6 +32,8 @@ class Backing(Protocol):
     def write(self, position: int, data: bytes | memoryview) -> None: ...
 
     def flush(self, start: int, end: int) -> None: ...
+
+    def data_end(self, position: int) -> int: ...  # bytes from here on are known to read as zero (a hole)
 
     def close(self) -> None: ...
 
@@ -76,7 +79,7 @@ class Disk(Protocol):
 
 
 class MmapBacking:
-    """A pre-sized file mapped read/write; flush uses mmap.flush (msync) on page-aligned ranges."""
+    """A pre-sized file mapped read/write; flush is fdatasync of the file (releases the GIL, unlike mmap.flush)."""
 
     __slots__ = ("path", "size", "buf", "_fd", "_mm", "_closed")
 
@@ -103,13 +106,35 @@ class MmapBacking:
     def write(self, position: int, data: bytes | memoryview) -> None:
         self._mm[position : position + len(data)] = data
 
+    def data_end(self, position: int) -> int:
+        """End of the last data extent at or after `position` (SEEK_DATA/SEEK_HOLE; dirty page-cache pages count as
+        data), or the file size when the file system can't tell. Reading holes through the mapping would allocate
+        zero pages: for a 1 GiB segment that costs seconds at recovery."""
+        end = position
+        pos = position
+        try:
+            while pos < self.size:
+                try:
+                    data = os.lseek(self._fd, pos, os.SEEK_DATA)
+                except OSError as e:
+                    if e.errno == errno.ENXIO:  # no data after pos
+                        break
+                    raise
+                pos = os.lseek(self._fd, data, os.SEEK_HOLE)
+                end = pos
+        except (OSError, AttributeError):
+            return self.size
+        return min(end, self.size)
+
     def flush(self, start: int, end: int) -> None:
         if self._closed or end <= start:
             return
-        aligned = start - start % PAGE_SIZE
+        # fdatasync on the file, not mmap.flush: CPython 3.11's mmap.flush holds the GIL through msync (the event
+        # loop would freeze for the whole disk write). On Linux a MAP_SHARED mapping's stores dirty the file's page
+        # cache, so fdatasync makes them durable — every dirty page of the segment, a superset of [start, end).
         try:
-            self._mm.flush(aligned, min(end, self.size) - aligned)
-        except ValueError:
+            os.fdatasync(self._fd)
+        except OSError:
             if not self._closed:  # closed (deleted/truncated) while a worker thread was flushing: nothing to do
                 raise
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
+from array import array
 from datetime import datetime
 
 from orbitmq.base import marks
@@ -35,6 +37,8 @@ _pack_slot = INDEX_SLOT.pack_into
 _unpack_slot = INDEX_SLOT.unpack_from
 _pack_header = INDEX_HEADER.pack_into
 _unpack_phys = struct.Struct(">q").unpack_from  # an entry's phyOffset, at +4
+_ENTRY_HASH = struct.Struct(">i16x")  # an entry's keyHash only
+_REPAIR_CHUNK = 4096  # entries per step of the backward pass in repair_slots
 
 
 def index_file_name(timestamp_ms: int) -> str:
@@ -45,6 +49,10 @@ def index_file_name(timestamp_ms: int) -> str:
 
 def index_file_size(max_hash_slot_num: int, max_index_num: int) -> int:
     return INDEX_HEADER_SIZE + max_hash_slot_num * INDEX_SLOT_SIZE + max_index_num * INDEX_ENTRY_SIZE
+
+
+def _min_cut(a: int, b: int) -> int:
+    return b if a < 0 else min(a, b)
 
 
 class IndexFile:
@@ -78,10 +86,88 @@ class IndexFile:
         bt, et, bp, ep, sc, ic = INDEX_HEADER.unpack_from(self.buf, 0)
         if ic == 0:
             ic = 1  # created, header never reached the disk: an empty file
-        if not (1 <= ic <= self.index_num) or not (0 <= sc <= self.slot_num) or bp < 0 or ep < bp:
+        if not (1 <= ic <= self.index_num) or sc < 0 or bp < 0 or ep < bp:  # slot count is informational
             raise CorruptionError(self.path, 0, f"bad index header: count={ic} slots={sc} phys={bp}..{ep}")
         self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, self.slot_count, self.index_count = (
             bt, et, bp, ep, sc, ic)
+
+    def repair_slots(self) -> int:
+        """After a crash: point slots that reference entries at or past index_count (puts whose header update
+        never reached the disk) back at the newest entry below index_count in their chain. Returns slots fixed.
+
+        Entries below index_count were flushed with the header, and a slot value only grows, so a value below
+        index_count is the flushed one. A value at or above it comes from a lost put and would cut the chain.
+        """
+        slots = array("i")
+        slots.frombytes(self.buf[INDEX_HEADER_SIZE:self._entries_at].tobytes())
+        if sys.byteorder == "little":
+            slots.byteswap()
+        count = self.index_count
+        if max(slots) < count and min(slots) >= 0:
+            return 0
+        bad = {i: 0 for i, v in enumerate(slots) if v >= count or v < 0}
+        left = set(bad)
+        hi = count
+        while hi > 1 and left:  # newest first: the first entry met for a slot is its chain head
+            lo = max(1, hi - _REPAIR_CHUNK)
+            chunk = self.buf[self._entries_at + lo * INDEX_ENTRY_SIZE : self._entries_at + hi * INDEX_ENTRY_SIZE]
+            hashes = [h for (h,) in _ENTRY_HASH.iter_unpack(chunk)]
+            for i in range(len(hashes) - 1, -1, -1):
+                slot = hashes[i] % self.slot_num
+                if slot in left:
+                    bad[slot] = lo + i
+                    left.discard(slot)
+            hi = lo
+        for slot, n in bad.items():
+            pos = INDEX_HEADER_SIZE + slot * INDEX_SLOT_SIZE
+            _pack_slot(self.buf, pos, n)
+            self.backing.mark_written(pos, pos + INDEX_SLOT_SIZE)
+            slots[slot] = n
+        self.slot_count = len(slots) - slots.count(0)
+        self.write_header()
+        self.flush()
+        return len(bad)
+
+    def drop_torn_tail(self, since_ts: int) -> int:
+        """After a crash: entries stored in the checkpoint's second or later may come from puts made after the
+        last flush: their header may have reached the disk while an entry or a slot write did not. Drop
+        everything from the first such entry that is all zero or out of phys order, and point the slots of the
+        kept suspects at their newest entry (repair_slots then fixes slots past the end). Returns entries dropped.
+        """
+        count = self.index_count
+        base = self._entries_at
+        n = count - 1
+        while n >= 1:  # walk back over the suspects: zero entries and entries of the last second
+            h, phys, diff, prev = _unpack_entry(self.buf, base + n * INDEX_ENTRY_SIZE)
+            if (h or phys or diff or prev) and self.begin_ts + diff * 1000 < since_ts - 1000:
+                break
+            n -= 1
+        prev_phys = _unpack_entry(self.buf, base + n * INDEX_ENTRY_SIZE)[1] if n >= 1 else self.begin_phys
+        heads: dict[int, int] = {}
+        keep = count
+        for k in range(n + 1, count):
+            h, phys, diff, prev = _unpack_entry(self.buf, base + k * INDEX_ENTRY_SIZE)
+            if not (h or phys or diff or prev) or phys < prev_phys or not 0 <= prev < k:
+                keep = k
+                break
+            heads[h % self.slot_num] = k
+            prev_phys = phys
+        for slot, k in heads.items():
+            pos = INDEX_HEADER_SIZE + slot * INDEX_SLOT_SIZE
+            _pack_slot(self.buf, pos, k)
+            self.backing.mark_written(pos, pos + INDEX_SLOT_SIZE)
+        if keep == count:
+            return 0
+        self.buf[base + keep * INDEX_ENTRY_SIZE : base + count * INDEX_ENTRY_SIZE] = bytes(
+            (count - keep) * INDEX_ENTRY_SIZE)
+        self.backing.mark_written(base + keep * INDEX_ENTRY_SIZE, base + count * INDEX_ENTRY_SIZE)
+        self._dirty_hi = max(self._dirty_hi, base + count * INDEX_ENTRY_SIZE)
+        self.index_count = keep
+        if keep > 1:
+            _h, self.end_phys, diff, _p = _unpack_entry(self.buf, base + (keep - 1) * INDEX_ENTRY_SIZE)
+            self.end_ts = self.begin_ts + diff * 1000
+        self.write_header()
+        return count - keep
 
     def write_header(self) -> None:
         _pack_header(self.buf, 0, self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, self.slot_count,
@@ -202,6 +288,7 @@ class IndexService:
         # after a load (its end is unknown: the header keeps the start), so its re-dispatch is recognised
         self._dispatched_end = 0
         self._skip_at = -1
+        self.redispatch_from: int | None = None  # set by an abnormal load that dropped entries (see load)
 
     @property
     def files(self) -> list[IndexFile]:
@@ -213,7 +300,12 @@ class IndexService:
         return self._dispatched_end
 
     def load(self, last_exit_ok: bool, checkpoint_index_ts: int) -> None:
+        """Open the index files. After an abnormal exit, destroy files newer than the checkpoint and repair or
+        drop what the crash may have torn. Then `redispatch_from` is the phys offset from which recovery must
+        re-dispatch so that every record is completely indexed again (None: nothing was dropped)."""
+        self.redispatch_from = None
         destroying = False
+        torn_cut = -1
         for name in self._disk.list_files(self.root_dir):
             if len(name) != _NAME_LEN or not name.isdigit():
                 continue
@@ -241,6 +333,15 @@ class IndexService:
                 f.close()
                 self._disk.delete(path)
                 continue
+            if not last_exit_ok:
+                lost = f.end_ts >= checkpoint_index_ts - 1000 and f.drop_torn_tail(checkpoint_index_ts) > 0
+                if lost:
+                    marks.hit("index torn tail dropped")
+                if f.repair_slots():
+                    marks.hit("index slots past the header repaired")
+                    lost = True
+                if lost:  # puts after this file's last kept record were lost: nothing from it on is complete
+                    torn_cut = _min_cut(torn_cut, f.end_phys if f.entry_count else f.begin_phys)
             prev = self._files[-1] if self._files else None
             if prev is not None and f.entry_count == 0 and f.end_ts == 0 and f.end_phys == 0:
                 # created but its header never reached the disk: it starts where the previous file ended
@@ -248,6 +349,28 @@ class IndexService:
                 f.begin_phys = f.end_phys = prev.end_phys
             self._files.append(f)
         self._reset_dispatched()
+        if last_exit_ok:
+            return
+        for f in self._files[:-1]:
+            if not f.is_full:  # files roll only when full: this one lost puts whose header never got written
+                marks.hit("index file lost puts before a roll")
+                torn_cut = _min_cut(torn_cut, f.end_phys if f.entry_count else f.begin_phys)
+        # The newest record's keys may be only partly on disk: when it was indexed in the checkpoint's last
+        # second (its puts may postdate the flush) or when a later file was destroyed (its other keys may have
+        # been there). After a torn tail nothing from the cut on is known to be complete. Drop from there, so
+        # that re-dispatching from redispatch_from indexes every key of every later record again.
+        newest_suspect = self._skip_at >= 0 and (destroying or self._newest_indexed_ts() >= checkpoint_index_ts - 1000)
+        cut = min(c for c in (torn_cut, self._skip_at if newest_suspect else -1, 1 << 62) if c >= 0)
+        if cut != 1 << 62:
+            marks.hit("index entries dropped for re-dispatch")
+            self.truncate_dirty(cut)
+            self.redispatch_from = cut
+
+    def _newest_indexed_ts(self) -> int:
+        for f in reversed(self._files):
+            if f.entry_count:
+                return f.end_ts
+        return 0
 
     def _reset_dispatched(self) -> None:
         self._dispatched_end, self._skip_at = 0, -1

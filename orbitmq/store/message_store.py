@@ -184,6 +184,9 @@ class MessageStore:
         self.epochs.truncate(stop)
         scan_from = segs[first].start_offset if segs and first < len(segs) else stop
         begin = cq_end if decision.redispatch_from is RedispatchFrom.CQ_END else min(cq_end, scan_from)
+        if self.index is not None and self.index.redispatch_from is not None:
+            # the index loader dropped damaged entries: rebuild them (CQ dispatch skips what it already has)
+            begin = min(begin, self.index.redispatch_from)
         self._redispatch(max(min(begin, stop), cl.min_offset), stop)
         self._rebuild_queue_table()
         self._confirm_offset = stop
@@ -326,14 +329,26 @@ class MessageStore:
 
     async def put_messages(self, msgs: list[MessageInner]) -> PutResult:
         """Append one message or one batch; in SYNC_FLUSH await the group commit unless WAIT=false."""
+        result, wait_end = self.put_messages_nowait(msgs)
+        if wait_end >= 0:
+            return await self.wait_put_flushed(result, wait_end)
+        return result
+
+    def put_messages_nowait(self, msgs: list[MessageInner]) -> tuple[PutResult, int]:
+        """The synchronous part of put_messages: append (and dispatch, unless visibility waits for the flush).
+
+        Returns (result, end offset). The end offset is -1 when the put is complete as it stands (ASYNC_FLUSH,
+        WAIT=false, or a refused put); otherwise the caller must `await wait_put_flushed(result, end)` before
+        answering (SYNC_FLUSH group commit). put_messages == this + that wait.
+        """
         if not msgs:
-            return PutResult(PutStatus.MESSAGE_ILLEGAL)
+            return PutResult(PutStatus.MESSAGE_ILLEGAL), -1
         if self._refuse_reason() is not None:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE), -1
         appended = self.commitlog.append(msgs)
         result = appended.result
         if result.status is not PutStatus.PUT_OK:
-            return result
+            return result, -1
         if self._visible_on_flush:
             self._pending.extend(appended.requests)
         else:
@@ -342,10 +357,15 @@ class MessageStore:
             for req in appended.requests:
                 dispatch(req)
         if self.config.sync_flush and msgs[0].properties.get(Prop.WAIT) != "false":
-            assert self.flusher is not None
-            if not await self.flusher.wait_flushed(appended.end_offset, self.config.sync_flush_timeout_ms):
-                result.status = PutStatus.FLUSH_DISK_TIMEOUT
-                marks.hit("sync flush timeout")
+            return result, appended.end_offset
+        return result, -1
+
+    async def wait_put_flushed(self, result: PutResult, end_offset: int) -> PutResult:
+        """Second half of a SYNC_FLUSH put: wait for the group commit covering `end_offset`."""
+        assert self.flusher is not None
+        if not await self.flusher.wait_flushed(end_offset, self.config.sync_flush_timeout_ms):
+            result.status = PutStatus.FLUSH_DISK_TIMEOUT
+            marks.hit("sync flush timeout")
         return result
 
     def _on_flushed(self, offset: int, _store_ts: int) -> None:

@@ -75,8 +75,9 @@ class Segment:
         """
         rewritten = 0
         pos = position
-        while pos < self.size:
-            n = min(len(_ZERO_CHUNK), self.size - pos)
+        end = self.backing.data_end(position)  # past a hole nothing was ever written: don't read it
+        while pos < end:
+            n = min(len(_ZERO_CHUNK), end - pos)
             chunk = self.buf[pos : pos + n]
             if chunk != _ZERO_CHUNK[:n]:
                 self.write_at(pos, _ZERO_CHUNK[:n])

@@ -55,6 +55,9 @@ class SimBacking:
         self.buf[position : position + n] = data
         self.mark_written(position, position + n)
 
+    def data_end(self, position: int) -> int:
+        return self.size  # no holes in the simulator: callers scan to the end
+
     def flush(self, start: int, end: int) -> None:
         if self._closed or self._disk._files.get(self.path) is not self._file:
             return  # file deleted or disk crashed under us

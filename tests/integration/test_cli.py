@@ -17,6 +17,7 @@ from orbitmq.testing.procs import (
     free_broker_port,
     free_port,
     write_broker_conf,
+    write_conf,
     write_namesrv_conf,
     write_standalone_conf,
 )
@@ -42,6 +43,15 @@ def assert_one_line_error(res: subprocess.CompletedProcess[str], code: int, *fra
     assert "Traceback" not in res.stderr
     for f in fragments:
         assert f in errors[0], errors[0]
+
+
+def wait_for_banner(proc: ServerProcess) -> str:
+    """Ports open before the banner is printed: wait for its last line."""
+    deadline = time.monotonic() + 10
+    while "Ready. SIGTERM" not in (log := proc.log_path.read_text()):
+        assert time.monotonic() < deadline, log
+        time.sleep(0.05)
+    return log
 
 
 def wait_for_route(topic: str, namesrv: str, queues: int) -> dict:
@@ -70,7 +80,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory):
 
 def test_standalone_prints_banner_and_joins_cluster(standalone) -> None:
     proc, ns, broker, d = standalone
-    log = proc.log_path.read_text()
+    log = wait_for_banner(proc)
     assert f"name server  0.0.0.0:{ns.split(':')[1]}" in log
     assert f"broker-a @ {broker}" in log and "flush ASYNC_FLUSH" in log and str(d / "store") in log
     assert "namesrvListenPort" not in log  # a standalone key, not an unknown-key warning
@@ -155,11 +165,14 @@ def test_startup_errors_are_one_line_exit_2(standalone, tmp_path: Path) -> None:
 def test_sigterm_flushes_and_messages_survive_restart(tmp_path: Path) -> None:
     ns_port, broker_port = free_port(), free_broker_port()
     ns = f"127.0.0.1:{ns_port}"
-    args = ["standalone", "--data", str(tmp_path / "data"), "--namesrv-port", str(ns_port), "--broker-port",
+    # flags override the conf; small segments keep recovery on restart fast
+    conf = write_conf(tmp_path / "small.conf", {"mappedFileSizeCommitLog": 64 << 20,
+                                               "mappedFileSizeConsumeQueue": 600_000})
+    args = ["standalone", "-c", str(conf), "--data", str(tmp_path / "data"), "--namesrv-port", str(ns_port), "--broker-port",
             str(broker_port), "--broker-ip", "127.0.0.1", "--flush", "SYNC_FLUSH"]
     with ServerProcess.cli(args, tmp_path / "server.log", ports=[ns_port, broker_port]) as proc:
         proc.start()
-        assert "flush SYNC_FLUSH" in proc.log_path.read_text()
+        assert "flush SYNC_FLUSH" in wait_for_banner(proc)
         assert cli("updateTopic", "-t", "Durable", "-b", f"127.0.0.1:{broker_port}", "-w", "1", "-r", "1",
                    namesrv=ns).returncode == 0
         wait_for_route("Durable", ns, 1)
@@ -182,7 +195,7 @@ def test_separate_namesrv_and_broker_processes(tmp_path: Path) -> None:
             ServerProcess.cli(["broker", "-c", str(broker_conf)], tmp_path / "b.log", ports=[broker_port]) as bp:
         nsp.start()
         bp.start()
-        assert "unknown key 'unknownThing'" in bp.log_path.read_text()
+        assert "unknown key 'unknownThing'" in wait_for_banner(bp)
         deadline = time.monotonic() + 10
         while True:
             rows = orjson.loads(cli("clusterList", "--json", namesrv=f"127.0.0.1:{ns_port}").stdout)

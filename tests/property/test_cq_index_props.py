@@ -70,7 +70,13 @@ class ConsumeQueueMachine(RuleBasedStateMachine):
             self.entries.extend([FILLER] * gap)
         else:  # an emptied queue restarts at its end: the offsets between are fillers, unreadable
             qoff = self.end + gap
-            self.entries.extend([FILLER] * gap)
+            tail_start = (self.end - 1) // SEG_ENTRIES * SEG_ENTRIES if self.end > self.base else self.base
+            if qoff >= tail_start + SEG_ENTRIES:  # past the tail segment: the queue starts over there
+                self.base = qoff - qoff % SEG_ENTRIES
+                self.entries = [FILLER] * (qoff - self.base)
+                self.durable = 0
+            else:
+                self.entries.extend([FILLER] * gap)
             self.min = qoff
         self.started = True
         for i in range(n):
@@ -146,8 +152,11 @@ class ConsumeQueueMachine(RuleBasedStateMachine):
         self.entries = got
         self.durable = n
         self.min = self._real_min()
-        if not got:
+        if not got:  # nothing survived: the store would continue at the queue's max offset
             self.started = False
+            self.first_offset = cq.max_offset if cq is not None else self.base
+            self.base = cq._segs[0].start // 20 if cq is not None and cq._segs else (
+                self.first_offset - self.first_offset % SEG_ENTRIES)
 
     def _all_entries(self, cq):
         segs = cq._segs
@@ -191,6 +200,7 @@ class IndexMachine(RuleBasedStateMachine):
         self.geom = (slots, per_file)
         self.svc = IndexService(IDX_ROOT, slots, per_file, self.disk)
         self.puts: list[tuple[int, int, int]] = []  # (key hash, phys, ts)
+        self.records: list[tuple[int, str | None, str | None, int]] = []  # (phys, keys, uniq, ts): the "CommitLog"
         self.next_phys = 100
         self.ts = 1_000_000
 
@@ -203,6 +213,7 @@ class IndexMachine(RuleBasedStateMachine):
         self.ts += dt * 1000
         phys = self.next_phys
         u = f"U{phys}" if uniq else None
+        self.records.append((phys, " ".join(keys) or None, u, self.ts))
         self.svc.dispatch(_req("T", 0, phys, 10, 0, 0, self.ts, " ".join(keys) or None, u))
         for k in ([u] if u else []) + [k for k in keys if k]:
             self.puts.append((index_key_hash(f"T#{k}"), phys, self.ts))
@@ -223,11 +234,12 @@ class IndexMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def truncate(self, data) -> None:
-        cut = data.draw(st.integers(0, self.next_phys + 5))
+        cut = data.draw(st.sampled_from([0, self.next_phys] + [r[0] for r in self.records]))  # record boundaries
         self.svc.truncate_dirty(cut)
         self.puts = [p for p in self.puts if p[1] < cut]
+        self.records = [r for r in self.records if r[0] < cut]
         assert self.svc.max_phys_offset <= cut
-        self.next_phys = max(min(self.next_phys, cut), 1)
+        self.next_phys = min(self.next_phys, cut)
 
     @rule()
     def clean_reload(self) -> None:
@@ -237,17 +249,40 @@ class IndexMachine(RuleBasedStateMachine):
     @rule(extra=st.lists(st.sampled_from(KEYS), min_size=1, max_size=4))
     def crash_after_flush(self, extra: list[str]) -> None:
         self.svc.flush()
-        saved = list(self.puts)
+        saved, saved_records = list(self.puts), list(self.records)
         for k in extra:
             self._dispatch([k], False, 1)
         self.disk.crash("drop")
         self._reopen(True)
-        self.puts = saved  # unflushed puts are gone; new records continue after them
+        self.puts, self.records = saved, saved_records  # unflushed puts are gone; new records come after them
+
+    @rule(mode=st.sampled_from(["drop", "tear", "subset"]), same_second=st.booleans(),
+          extra=st.lists(st.lists(st.sampled_from(KEYS), min_size=1, max_size=3), min_size=1, max_size=6))
+    def crash_then_redispatch(self, mode: str, same_second: bool, extra: list[list[str]]) -> None:
+        """Power loss after some unflushed puts; recovery destroys what is newer than the checkpoint and
+        re-dispatches the "CommitLog" from max_phys_offset: the index must answer as if nothing happened."""
+        checkpoint_ts = self.svc.flush()
+        for keys in extra:  # later than the checkpoint, or within its very millisecond
+            self._dispatch(keys, False, 0 if same_second else 1)
+        self.disk.crash(mode)
+        self._reopen(False, checkpoint_ts)
+        self._redispatch(checkpoint_ts)
+
+    def _redispatch(self, checkpoint_ts: int) -> None:
+        """What recovery does: re-dispatch from the first record stored at or after the checkpoint time (the
+        store's own start is at or before it), or from redispatch_from when the index asks for more."""
+        start = next((r[0] for r in self.records if r[3] >= checkpoint_ts), self.next_phys)
+        if self.svc.redispatch_from is not None:
+            start = min(start, self.svc.redispatch_from)
+        for phys, keys, uniq, ts in self.records:
+            if phys >= start:
+                self.svc.dispatch(_req("T", 0, phys, 10, 0, 0, ts, keys, uniq))
 
     @rule()
     def abnormal_reload(self) -> None:
         checkpoint_ts = self.svc.flush()
-        self._reopen(False, checkpoint_ts)  # everything was flushed: nothing may be destroyed
+        self._reopen(False, checkpoint_ts)  # everything was flushed: nothing is destroyed...
+        self._redispatch(checkpoint_ts)  # ...but the newest record may be dropped and must come again
 
     @invariant()
     def dispatched_end_is_sane(self) -> None:

@@ -9,6 +9,7 @@ properties decode, no per-message objects besides the MessageInner.
 from __future__ import annotations
 
 import struct
+from collections.abc import Coroutine
 from typing import Any
 
 from orbitmq.base.clock import now_ms
@@ -124,18 +125,35 @@ class SendProcessor:
         return {"MSG_REGION": cfg.region_id, "TRACE_ON": "true" if cfg.trace_on else "false"}
 
     async def handle(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
+        """Coroutine form of dispatch() (same behaviour): always awaitable."""
+        r = self.dispatch(conn, req)
+        if isinstance(r, RemotingCommand):
+            return r
+        return await r
+
+    def dispatch(self, conn: Any, req: RemotingCommand) -> RemotingCommand | Coroutine[Any, Any, RemotingCommand]:
+        """The registered handler. Answers synchronously when the put needs no waiting (ASYNC_FLUSH, WAIT=false,
+        refused); only a SYNC_FLUSH group-commit wait becomes a coroutine (the connection runs it as a task)."""
         ext = normalize_send_header(req.ext_fields)
         try:
             # The C++ client marks batches with batch="1" (not a Java boolean): accept it too.
             if req.code == RequestCode.SEND_BATCH_MESSAGE or ext_bool(ext, "batch", False) or ext.get("batch") == "1":
-                result, queue_id = await self._send_batch(conn, req, ext)
+                msgs, queue_id = self._prepare_batch(conn, req, ext)
             else:
-                result, queue_id = await self._send_one(conn, req, ext)
+                msgs, queue_id = self._prepare_one(conn, req, ext)
         except (SendReject, HeaderError) as r:
             code = r.code if isinstance(r, SendReject) else int(ResponseCode.SYSTEM_ERROR)
             resp = req.response(code, str(r))
             resp.ext_fields = self._base_ext()
             return resp
+        result, wait_end = self.ctx.store.put_messages_nowait(msgs)
+        if wait_end < 0:
+            return self._response(req, result, queue_id)
+        return self._wait_flushed(req, result, wait_end, queue_id)
+
+    async def _wait_flushed(self, req: RemotingCommand, result: PutResult, wait_end: int,
+                            queue_id: int) -> RemotingCommand:
+        result = await self.ctx.store.wait_put_flushed(result, wait_end)
         return self._response(req, result, queue_id)
 
     # ----- shared checks (§3.1 steps 1-4) -----
@@ -185,7 +203,7 @@ class SendProcessor:
         return queue_id
 
     # ----- single message -----
-    async def _send_one(self, conn: Any, req: RemotingCommand, ext: dict[str, str]) -> tuple[PutResult, int]:
+    def _prepare_one(self, conn: Any, req: RemotingCommand, ext: dict[str, str]) -> tuple[list[MessageInner], int]:
         ctx = self.ctx
         topic = ext_str(ext, "topic")
         ext_str(ext, "producerGroup")
@@ -215,8 +233,7 @@ class SendProcessor:
             topic, queue_id = self._schedule(topic, queue_id, delay, props)
         msg = MessageInner(topic, queue_id, req.body or b"", props, flag, sys_flag, born_ts,
                            getattr(conn, "remote_addr", "127.0.0.1:0"), ctx.store_host, reconsume_times, 0)
-        result = await ctx.store.put_message(msg)
-        return result, resp_queue_id
+        return [msg], resp_queue_id
 
     def _retry_or_dlq(self, req: RemotingCommand, ext: dict[str, str], topic: str, queue_id: int,
                       reconsume_times: int, props: dict[str, str]) -> tuple[str, int]:
@@ -255,7 +272,7 @@ class SendProcessor:
         return SCHEDULE_TOPIC, level - 1
 
     # ----- batch -----
-    async def _send_batch(self, conn: Any, req: RemotingCommand, ext: dict[str, str]) -> tuple[PutResult, int]:
+    def _prepare_batch(self, conn: Any, req: RemotingCommand, ext: dict[str, str]) -> tuple[list[MessageInner], int]:
         ctx = self.ctx
         topic = ext_str(ext, "topic")
         ext_str(ext, "producerGroup")
@@ -293,8 +310,7 @@ class SendProcessor:
                 raise SendReject(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
             msgs.append(MessageInner(topic, queue_id, body, props, flag, sys_flag, born_ts, born_host,
                                      store_host, 0, 0))
-        result = await ctx.store.put_messages(msgs)
-        return result, queue_id
+        return msgs, queue_id
 
     # ----- response -----
     def _response(self, req: RemotingCommand, result: PutResult, queue_id: int) -> RemotingCommand:
@@ -314,9 +330,9 @@ class SendProcessor:
 def handlers(ctx: BrokerContext) -> dict[int, Any]:
     proc = SendProcessor(ctx)
     return {
-        int(RequestCode.SEND_MESSAGE): proc.handle,
-        int(RequestCode.SEND_MESSAGE_V2): proc.handle,
-        int(RequestCode.SEND_BATCH_MESSAGE): proc.handle,
-        int(RequestCode.SEND_REPLY_MESSAGE): proc.handle,
-        int(RequestCode.SEND_REPLY_MESSAGE_V2): proc.handle,
+        int(RequestCode.SEND_MESSAGE): proc.dispatch,
+        int(RequestCode.SEND_MESSAGE_V2): proc.dispatch,
+        int(RequestCode.SEND_BATCH_MESSAGE): proc.dispatch,
+        int(RequestCode.SEND_REPLY_MESSAGE): proc.dispatch,
+        int(RequestCode.SEND_REPLY_MESSAGE_V2): proc.dispatch,
     }

@@ -375,3 +375,17 @@ def test_queue_locks_grant_refresh_expire_and_unlock(ctx):
     unlock = RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ, body=LockBatchBody("G", "c2", [q1]).to_json())
     table[RequestCode.UNLOCK_BATCH_MQ](FakeConn(), unlock)
     assert lock("c1", [q1]) == [q1]
+
+
+def test_router_unknown_codes_oneway_and_not_accepting():
+    from orbitmq.broker.router import Router
+
+    router = Router({RequestCode.HEART_BEAT: lambda conn, cmd: cmd.response(0, "hb")})
+    r = router(FakeConn(), RemotingCommand.request(777))
+    assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and r.remark == " request type 777 not supported"
+    assert router(FakeConn(), RemotingCommand.request(777, oneway=True)) is None
+    assert router(FakeConn(), RemotingCommand.request(RequestCode.HEART_BEAT)).remark == "hb"
+    vip = router.without([RequestCode.HEART_BEAT])
+    assert vip(FakeConn(), RemotingCommand.request(RequestCode.HEART_BEAT)).code == 3
+    router.accepting = False
+    assert router(FakeConn(), RemotingCommand.request(RequestCode.HEART_BEAT)).code == 14

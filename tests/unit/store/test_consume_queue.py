@@ -320,3 +320,19 @@ def test_bad_segment_size_and_foreign_file_size_are_refused(env):
     with pytest.raises(CorruptionError, match="mapped_file_size_consume_queue"):
         t2.load()
     t2.close()
+
+
+def test_an_expired_queue_restarting_past_its_tail_segment_starts_over_there(env):
+    disk, root, make = env
+    t = make()
+    fill(t, 3)
+    t.delete_expired(10_000)
+    cq = t.find("T", 0)
+    assert cq.min_offset == cq.max_offset == 3
+    t.dispatch(req(phys=20_000, qoff=12))  # offsets 3..11 were never written to this queue
+    assert disk.list_files(os.path.join(root, "T", "0")) == ["00000000000000000200"]
+    assert (cq.min_offset, cq.max_offset) == (12, 13) and cq.read(12, 5) == [(20_000, 10, 0)]
+    t.flush()
+    t.close()
+    t2, end = reopen(make)
+    assert (t2.find("T", 0).min_offset, t2.find("T", 0).max_offset, end) == (12, 13, 20_010)

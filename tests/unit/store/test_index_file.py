@@ -191,9 +191,13 @@ def test_abnormal_exit_destroys_files_newer_than_the_checkpoint(env):
     normal.close()
     crashed = make()
     crashed.load(False, ends[0])
-    assert [f.end_ts for f in crashed.files] == ends[:1] and len(disk.list_files(root)) == 1
-    assert q(crashed, "k") == [500, 400, 300, 200, 100]
-    assert crashed.max_phys_offset == 500
+    assert len(crashed.files) == 1 and len(disk.list_files(root)) == 1
+    assert crashed.files[0].end_ts == ends[0] - 1000  # its newest record (500) was dropped
+    assert crashed.max_phys_offset == crashed.redispatch_from == 500  # its other keys may have been in file 2
+    assert q(crashed, "k") == [400, 300, 200, 100]
+    for i in range(4, 12):
+        crashed.dispatch(req(100 * (i + 1), keys="k", ts=T0 + 1000 * i))
+    assert q(crashed, "k", max_num=64) == [100 * (i + 1) for i in range(11, -1, -1)]
 
 
 def test_truncate_dirty_undoes_chains_and_drops_empty_files(env):
@@ -284,3 +288,108 @@ def test_names_are_unique_when_the_clock_repeats(env):
     assert len(set(names)) == 3 and names == sorted(names) == disk.list_files(root)
     assert all(len(n) == 17 and n.isdigit() for n in names)
     assert os.path.basename(svc.files[0].path) == index_file_name(T0)
+
+
+def test_abnormal_load_repairs_slots_of_puts_whose_header_was_lost(env):
+    disk, root, make = env
+    svc = make(slots=1, max_num=20)  # one chain
+    svc.dispatch(req(100, keys="a", ts=T0))
+    svc.dispatch(req(200, keys="b", ts=T0 + 1000))
+    ts = svc.flush()
+    f = svc.files[0]
+    flushed_header = bytes(f.buf[:40])
+    svc.dispatch(req(300, keys="c", ts=T0 + 1000))  # same second: the file is not newer than the checkpoint
+    f.buf[:40] = flushed_header  # the header of the last put never reached the disk; its slot write did
+    f.backing.mark_written(0, 40)
+    f.flush()
+    f.backing.flush(0, svc.file_size)
+    assert struct.unpack_from(">i", f.buf, 40)[0] == 3
+    svc.close()
+    plain = make(slots=1, max_num=20)
+    plain.load(True, 0)  # a normal load trusts the files...
+    assert q(plain, "a") == [] and plain.files[0].repair_slots() == 1  # ...the chain was cut; repair restores it
+    assert struct.unpack_from(">i", plain.files[0].buf, 40)[0] == 2 and q(plain, "a") == [100]
+    plain.close()
+    again = make(slots=1, max_num=20)
+    again.load(False, ts)
+    # the newest record (200) is dropped too, so re-dispatching from max_phys_offset restores everything
+    assert again.max_phys_offset == again.redispatch_from == 200 and q(again, "a") == [100] and q(again, "b") == []
+    for phys, key in ((200, "b"), (300, "c")):
+        again.dispatch(req(phys, keys=key, ts=T0 + 1000))
+    assert q(again, "a") == [100] and q(again, "b") == [200] and q(again, "c") == [300]
+
+
+def test_abnormal_load_drops_a_torn_tail_written_in_the_checkpoint_millisecond(env):
+    _, _, make = env
+    svc = make(slots=2, max_num=20)
+    for i in range(3):
+        svc.dispatch(req(100 * (i + 1), keys=f"k{i}", ts=T0 + 1000 * i))
+    ts = svc.flush()
+    svc.dispatch(req(400, keys="k3 k4", ts=ts))  # same millisecond as the checkpoint: the file is not destroyed
+    f = svc.files[0]
+    base = 40 + 2 * 4
+    f.buf[base + 4 * 20 : base + 5 * 20] = bytes(20)  # entry 4 (k3) never reached the disk, the header did
+    f.backing.mark_written(0, svc.file_size)
+    f.backing.flush(0, svc.file_size)
+    svc.close()
+    before = marks.count("index torn tail dropped")
+    again = make(slots=2, max_num=20)
+    again.load(False, ts)
+    assert marks.count("index torn tail dropped") == before + 1
+    assert again.max_phys_offset == again.redispatch_from == 300  # cut at the last record before the tear
+    assert [q(again, f"k{i}") for i in range(5)] == [[100], [200], [], [], []]
+    for i in (2, 3):
+        again.dispatch(req(100 * (i + 1), keys="k2" if i == 2 else "k3 k4", ts=T0 + 1000 * i))
+    assert [q(again, f"k{i}") for i in range(5)] == [[100], [200], [300], [400], [400]]
+
+
+def test_abnormal_load_reindexes_a_record_split_across_a_destroyed_file(env):
+    _, _, make = env
+    svc = make(slots=4, max_num=3)  # two entries per file
+    svc.dispatch(req(100, keys="a", ts=T0))
+    svc.dispatch(req(200, keys="b", uniq="U", ts=T0 + 1000))  # U in file 1, b in file 2
+    svc.dispatch(req(300, keys="c", ts=T0 + 2000))  # file 2
+    assert [f.entry_count for f in svc.files] == [2, 2]
+    svc.flush()
+    svc.close()
+    crashed = make(slots=4, max_num=3)
+    crashed.load(False, T0 + 1000)  # file 2 is newer than the checkpoint: destroyed, and b with it
+    assert crashed.max_phys_offset == 200 and q(crashed, "U") == []
+    crashed.dispatch(req(200, keys="b", uniq="U", ts=T0 + 1000))
+    crashed.dispatch(req(300, keys="c", ts=T0 + 2000))
+    assert [q(crashed, k) for k in ("a", "b", "c", "U")] == [[100], [200], [300], [200]]
+
+
+def test_abnormal_load_keeps_a_newest_record_older_than_the_checkpoint_second(env):
+    _, _, make = env
+    svc = make(slots=4, max_num=20)
+    svc.dispatch(req(100, keys="a", ts=T0))
+    svc.dispatch(req(200, keys="b c", ts=T0 + 1000))
+    svc.flush()
+    svc.close()
+    again = make(slots=4, max_num=20)
+    again.load(False, T0 + 5000)  # keyless records came later: the newest indexed one is complete
+    assert again.redispatch_from is None and again.max_phys_offset == 200
+    assert [q(again, k) for k in "abc"] == [[100], [200], [200]]
+    again.dispatch(req(200, keys="b c", ts=T0 + 1000))  # a re-dispatch from the store's own start is skipped
+    assert [q(again, k) for k in "abc"] == [[100], [200], [200]]
+
+
+def test_abnormal_load_drops_an_old_record_whose_other_keys_were_in_a_destroyed_file(env):
+    _, _, make = env
+    svc = make(slots=4, max_num=3)  # two entries per file
+    svc.dispatch(req(100, keys="a", ts=T0))
+    svc.dispatch(req(200, keys="b", uniq="U", ts=T0 + 1000))  # U in file 1, b in file 2
+    svc.dispatch(req(300, keys="c", ts=T0 + 3000))  # file 2, flushed: the checkpoint says T0 + 3000
+    checkpoint = svc.flush()
+    svc.dispatch(req(400, keys="d", ts=T0 + 5000))  # file 3... and file 2 is now full with an end of T0 + 3000
+    svc.dispatch(req(500, keys="e", ts=T0 + 6000))
+    svc.flush()
+    svc.close()
+    crashed = make(slots=4, max_num=3)
+    crashed.load(False, checkpoint - 1)  # file 2 counts as newer: destroyed with b and c
+    assert crashed.redispatch_from == crashed.max_phys_offset == 200 and q(crashed, "U") == []
+    for phys, keys, uniq, ts in ((200, "b", "U", 1000), (300, "c", None, 3000), (400, "d", None, 5000),
+                                 (500, "e", None, 6000)):
+        crashed.dispatch(req(phys, keys=keys, uniq=uniq, ts=T0 + ts))
+    assert [q(crashed, k) for k in ("a", "U", "b", "c", "d", "e")] == [[100], [200], [200], [300], [400], [500]]
