@@ -29,6 +29,7 @@ from orbitmq.broker.metadata.offsets import ConsumerOffsetManager
 from orbitmq.broker.metadata.topics import TopicConfigManager
 from orbitmq.broker.registration import BrokerRegistration
 from orbitmq.broker.router import Router
+from orbitmq.broker.services import BrokerService, ServiceEnv, create_services
 from orbitmq.broker.stats import BrokerStats
 from orbitmq.protocol import RequestCode
 from orbitmq.remoting import RemotingClient, RemotingServer
@@ -78,6 +79,7 @@ class Broker:
         self.notifier: heartbeat_handlers.ConsumerIdsNotifier | None = None
         self.task_failures: dict[str, int] = {}
         self._routers: list[Router] = []
+        self.services: list[BrokerService] = []
         self._client: RemotingClient | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._started = False
@@ -137,6 +139,10 @@ class Broker:
         for mod in _optional_handler_modules():
             for code, handler in mod.handlers(ctx).items():
                 table.setdefault(int(code), handler)
+        env = ServiceEnv(self.clock, self._client, config_dir, self.store_config)
+        self.services = create_services(ctx, env)
+        for svc in self.services:
+            table.update({int(code): h for code, h in svc.handlers().items()})
         main, vip = self._routers
         main.add(table)
         vip.add({c: h for c, h in table.items() if c != RequestCode.PULL_MESSAGE})
@@ -171,6 +177,8 @@ class Broker:
             assert self.pull is not None and self.pull.long_poll is not None
             self.pull.long_poll.bind_loop()
             await store.start()
+            for svc in self.services:
+                await svc.start()
         except BaseException:
             await self._abort_start()
             raise
@@ -223,6 +231,8 @@ class Broker:
         assert self.registration is not None and self.pull is not None and self.pull.long_poll is not None
         if name == "registration":
             return self.registration.run_loop()
+        if name.startswith("service "):
+            return self.ctx.services[name[len("service "):]].run()  # type: ignore[union-attr]
         cfg = self.config
         interval = LONG_POLL_CHECK_INTERVAL_MS if cfg.long_polling_enable else cfg.short_polling_time_mills
         return self.pull.long_poll.run_check_loop(interval)
@@ -233,6 +243,8 @@ class Broker:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._guard("registration"))
             tg.create_task(self._guard("long-poll checker"))
+            for svc in self.services:
+                tg.create_task(self._guard(f"service {svc.name}"))
             tg.create_task(self._every("client channel scan", lambda: CLIENT_SCAN_INTERVAL_MS,
                                        ctx.clients.scan_expired))
             tg.create_task(self._every("consumer offset persist", lambda: self.config.flush_consumer_offset_interval,
@@ -274,6 +286,11 @@ class Broker:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._supervisor
+        for svc in reversed(self.services):
+            try:
+                await svc.stop()
+            except Exception:
+                log.exception("stopping service %s failed", svc.name)
         for what, fn in (("consumer offsets", self._persist_offsets_now), ("topics", ctx.topics.persist),
                          ("subscription groups", ctx.groups.persist)):
             try:

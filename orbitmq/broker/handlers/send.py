@@ -146,14 +146,23 @@ class SendProcessor:
             resp = req.response(code, str(r))
             resp.ext_fields = self._base_ext()
             return resp
+        hooks = self.ctx.send_hooks
+        for hook in hooks:
+            early = hook.before_put(conn, req, msgs)
+            if early is not None:
+                return early
         result, wait_end = self.ctx.store.put_messages_nowait(msgs)
         if wait_end < 0:
+            for hook in hooks:
+                hook.after_put(conn, req, msgs, result)
             return self._response(req, result, queue_id)
-        return self._wait_flushed(req, result, wait_end, queue_id)
+        return self._wait_flushed(conn, req, msgs, result, wait_end, queue_id)
 
-    async def _wait_flushed(self, req: RemotingCommand, result: PutResult, wait_end: int,
-                            queue_id: int) -> RemotingCommand:
+    async def _wait_flushed(self, conn: Any, req: RemotingCommand, msgs: list[MessageInner], result: PutResult,
+                            wait_end: int, queue_id: int) -> RemotingCommand:
         result = await self.ctx.store.wait_put_flushed(result, wait_end)
+        for hook in self.ctx.send_hooks:
+            hook.after_put(conn, req, msgs, result)
         return self._response(req, result, queue_id)
 
     # ----- shared checks (§3.1 steps 1-4) -----
