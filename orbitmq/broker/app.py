@@ -68,6 +68,8 @@ class Broker:
         broker_config.validate()
         store_config.validate()
         self.config = broker_config
+        if store_config.message_delay_level != broker_config.message_delay_level:  # the store computes due times
+            store_config = dataclasses.replace(store_config, message_delay_level=broker_config.message_delay_level)
         self.store_config = store_config
         self.clock = clock
         self.ctx: BrokerContext | None = None

@@ -76,6 +76,14 @@ class BrokerConfig:
     transfer_msg_by_heap: bool = _opt(True)
     enable_property_filter: bool = _opt(False)
     filter_support_retry: bool = _opt(False)
+    # producer de-duplication (services/dedup.py)
+    dedup_enable: bool = _opt(True)
+    dedup_window_seconds: int = _opt(300, hot=True)
+    dedup_max_entries: int = _opt(1_000_000)
+    dedup_snapshot_interval_seconds: int = _opt(10)
+    # orderly consumption: a queue lock not refreshed for this long is free (Java system property
+    # rocketmq.broker.rebalance.lockMaxLiveTime); clients must re-lock well within it
+    rebalance_lock_max_live_time: int = _opt(60_000)
     # clients
     notify_consumer_ids_changed_enable: bool = _opt(True, hot=True)
     client_channel_max_idle_time_seconds: int = _opt(120)
@@ -89,6 +97,19 @@ class BrokerConfig:
     transaction_timeout: int = _opt(6000, hot=True)
     transaction_check_max: int = _opt(15, hot=True)
     transaction_check_interval: int = _opt(60000, hot=True)
+    # timer messages (services/timer.py)
+    timer_wheel_enable: bool = _opt(True)
+    timer_max_delay_sec: int = _opt(3 * 24 * 3600, hot=True)
+    timer_wheel_slots: int = _opt(7 * 24 * 3600)  # 1-second slots: the wheel's horizon
+    # HA replication (services/ha.py, orbitmq.replication; docs/design/replication.md)
+    ha_master_address: str = _opt("")  # slave: the master's HA host:port; "" = learn it via the name server
+    ha_transfer_batch_size: int = _opt(32 * 1024)
+    ha_send_heartbeat_interval: int = _opt(5000)
+    ha_housekeeping_interval: int = _opt(20000)
+    ha_slave_fallbehind_max: int = _opt(256 * 1024 * 1024)
+    slave_timeout: int = _opt(3000, hot=True)  # SYNC_MASTER: max wait for a slave ack (-> FLUSH_SLAVE_TIMEOUT)
+    slave_sync_interval: int = _opt(10000)  # slave: metadata sync period (topics, offsets, groups)
+    sync_master_confirm_visibility: bool = _opt(True)  # SYNC_MASTER: consumers see only replicated data
 
     def __post_init__(self) -> None:
         if not self.broker_ip1:

@@ -19,7 +19,7 @@ _NSERIES = 6
 class BrokerStats:
     __slots__ = ("put_msgs_total", "put_bytes_total", "get_msgs_total", "get_bytes_total", "get_found_total",
                  "get_miss_total", "_buckets", "_sec", "_clock", "_today", "_today_morning",
-                 "_yesterday_morning", "_today_fn")
+                 "_yesterday_morning", "_today_fn", "counters")
 
     def __init__(self, clock_ms: Callable[[], int] = monotonic_ms, today: Callable[[], date] = date.today) -> None:
         self.put_msgs_total = 0
@@ -28,6 +28,7 @@ class BrokerStats:
         self.get_bytes_total = 0
         self.get_found_total = 0  # pulls that returned messages
         self.get_miss_total = 0  # pulls that found nothing
+        self.counters: dict[str, int] = {}  # feature counters shown as-is in runtime info (e.g. dedupHits)
         # _buckets[series][sec % WINDOW] = count in that second
         self._buckets = [[0] * _WINDOW_S for _ in range(_NSERIES)]
         self._clock = clock_ms
@@ -112,4 +113,4 @@ class BrokerStats:
             "sendThreadPoolQueueSize": "0",
             "pullThreadPoolQueueSize": "0",
             "queryThreadPoolQueueSize": "0",
-        }
+        } | {k: str(v) for k, v in self.counters.items()}

@@ -365,6 +365,16 @@ def _delta(info: dict[str, str], now_key: str, morning_key: str) -> Any:
         return "-"
 
 
+def _replication_lag(ri: dict[str, str], master_max: str | None) -> int | str:
+    """Master: bytes its slowest connected slave lacks (haSlaveLagBytes); slave: master max - own max."""
+    if ri.get("brokerRole") == "SLAVE":
+        if master_max is None or "commitLogMaxOffset" not in ri:
+            return "-"
+        return max(0, int(master_max) - int(ri["commitLogMaxOffset"]))
+    lag = ri.get("haSlaveLagBytes")
+    return int(lag) if lag is not None and lag.lstrip("-").isdigit() and int(lag) >= 0 else "-"
+
+
 @click.command("clusterList")
 @common_options
 def cluster_list(namesrv: str, json_mode: bool, timeout_ms: int) -> None:
@@ -385,13 +395,16 @@ def cluster_list(namesrv: str, json_mode: bool, timeout_ms: int) -> None:
                 return {}
 
         infos = await asyncio.gather(*(runtime(m[3]) for m in members))
+        master_max = {m[1]: ri.get("commitLogMaxOffset") for m, ri in zip(members, infos, strict=True) if m[2] == 0}
         rows = [[cluster, name, bid, addr, ri.get("brokerVersionDesc", "-"), _first_number(ri.get("putTps")),
                  _first_number(ri.get("getTransferedTps")),
                  _delta(ri, "msgPutTotalTodayNow", "msgPutTotalTodayMorning"),
-                 _delta(ri, "msgGetTotalTodayNow", "msgGetTotalTodayMorning")]
+                 _delta(ri, "msgGetTotalTodayNow", "msgGetTotalTodayMorning"),
+                 ri.get("brokerRole", "-"), _replication_lag(ri, master_max.get(name))]
                 for (cluster, name, bid, addr), ri in zip(members, infos, strict=True)]
         out.table("clusters", ["cluster", "brokerName", "BID", "addr", "version", "inTPS", "outTPS", "putToday",
-                               "getToday"], rows, numeric=("BID", "inTPS", "outTPS", "putToday", "getToday"))
+                               "getToday", "role", "lagBytes"], rows,
+                  numeric=("BID", "inTPS", "outTPS", "putToday", "getToday", "lagBytes"))
 
     run_admin(namesrv, timeout_ms, action)
 

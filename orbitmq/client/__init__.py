@@ -13,6 +13,8 @@ from orbitmq.client.producer import Producer, SendResult, SendStatus
 from orbitmq.client.pull_consumer import PullConsumer
 from orbitmq.client.push_consumer import PushConsumer
 from orbitmq.client.rebalance import AllocateAveragely, AllocateByCircle
+from orbitmq.client.simple_consumer import SimpleConsumer
+from orbitmq.client.transaction_producer import LocalTransactionState, TransactionProducer
 from orbitmq.model import Message, MessageExt, MessageQueue
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "ClientStateError",
     "ConsumeOrderlyResult",
     "ConsumeResult",
+    "LocalTransactionState",
     "Message",
     "MessageExt",
     "MessageQueue",
@@ -39,6 +42,8 @@ __all__ = [
     "ResponseError",
     "SendResult",
     "SendStatus",
+    "SimpleConsumer",
+    "TransactionProducer",
     "blocking",
     "errors",
 ]

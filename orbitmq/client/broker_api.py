@@ -97,7 +97,7 @@ def decode_messages(body: bytes | None, tags: frozenset[str] | None = None) -> l
 
 
 def pull_header(group: str, mq: MessageQueue, offset: int, max_nums: int, sys_flag: int, commit_offset: int,
-                suspend_ms: int, expression: str, sub_version: int) -> dict[str, str]:
+                suspend_ms: int, expression: str, sub_version: int, expression_type: str = "TAG") -> dict[str, str]:
     return {
         "consumerGroup": group,
         "topic": mq.topic,
@@ -109,7 +109,7 @@ def pull_header(group: str, mq: MessageQueue, offset: int, max_nums: int, sys_fl
         "suspendTimeoutMillis": str(suspend_ms),
         "subscription": expression,
         "subVersion": str(sub_version),
-        "expressionType": "TAG",
+        "expressionType": expression_type,
         "bname": mq.broker_name,
     }
 

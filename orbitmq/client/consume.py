@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 LOCK_MAX_LIVE_MS = 30_000  # our own lock is treated as expired if not renewed for this long
 SUSPEND_MS = 1_000
 SEND_BACK_RETRY_MS = 1_000
+DEFAULT_MAX_RECONSUME_TIMES = 16
 
 
 class ConsumeResult(Enum):
@@ -47,7 +48,9 @@ class ConsumeOwner(Protocol):
 
     def on_consumed(self, mq: MessageQueue, offset: int, increase_only: bool) -> None: ...
 
-    async def send_back(self, mq: MessageQueue, msg: MessageExt) -> bool: ...
+    max_reconsume_times: int
+
+    async def send_back(self, mq: MessageQueue, msg: MessageExt, delay_level: int = 0) -> bool: ...
 
 
 def restore_retry_topic(msgs: list[MessageExt], retry_topic: str) -> None:
@@ -149,7 +152,8 @@ class OrderlyConsumeService:
                 await wake.wait()
                 wake.clear()
                 continue
-            if owner.clustering and (not pq.locked or monotonic_ms() - pq.last_lock_ms > LOCK_MAX_LIVE_MS):
+            lock_max_live_ms = getattr(owner, "lock_max_live_ms", LOCK_MAX_LIVE_MS)
+            if owner.clustering and (not pq.locked or monotonic_ms() - pq.last_lock_ms > lock_max_live_ms):
                 marks.hit("orderly consume waits for lock")
                 await asyncio.sleep(0.1)
                 continue
@@ -173,8 +177,19 @@ class OrderlyConsumeService:
                 if offset >= 0:
                     owner.on_consumed(mq, offset, False)
             else:
-                marks.hit("orderly consume suspended")
-                for m in msgs:
+                suspend = False
+                max_times = getattr(owner, "max_reconsume_times", DEFAULT_MAX_RECONSUME_TIMES)
+                for m in msgs:  # past max reconsume times a message goes to %DLQ%<group> (delay level -1)
+                    if owner.clustering and m.reconsume_times >= max_times and await owner.send_back(mq, m, -1):
+                        marks.hit("orderly consume sent to DLQ")
+                        continue
+                    suspend = True
                     m.reconsume_times += 1
+                if not suspend and not pq.dropped:
+                    offset = pq.commit_taken()
+                    if offset >= 0:
+                        owner.on_consumed(mq, offset, False)
+                    continue
+                marks.hit("orderly consume suspended")
                 pq.rollback_taken()
                 await asyncio.sleep(SUSPEND_MS / 1000)

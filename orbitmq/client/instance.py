@@ -200,6 +200,8 @@ class ClientInstance:
             if base is None:
                 raise NoRouteError(f"no route for topic {topic} and no {AUTO_CREATE_TOPIC_KEY} route")
             self.routes.update(topic, base.clamped(default_topic_queue_nums))
+            if base.all_addrs() - self._heartbeated:  # a consumer of this instance must be known there too
+                await self.send_heartbeat_to_all(only_new=True)
         pi = self.routes.publish_info(topic)
         if pi is None or not pi.queues:
             raise NoRouteError(f"no writable queue for topic {topic}")

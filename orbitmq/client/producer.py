@@ -267,7 +267,9 @@ class Producer:
                 body, sys_flag, props, rt, mrt = self._prepare(msg)
             mq: MessageQueue | None = None
             try:
-                pi = await inst.publish_info(msg.topic, self.default_topic_queue_nums)
+                pi = inst.routes.publish_info(msg.topic)  # cached route: no coroutine on the hot path
+                if pi is None or not pi.queues:
+                    pi = await inst.publish_info(msg.topic, self.default_topic_queue_nums)
                 mq = pick(pi, last_broker)
                 addr = pi.route.master_addr(mq.broker_name)
                 if addr is None:

@@ -92,17 +92,19 @@ class PullConsumer:
         return route.subscribe_queues(topic)
 
     async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, expression: str = "*",
-                   block_ms: int = 0) -> PullResult:
-        """One PULL_MESSAGE; block_ms > 0 lets the broker hold the request (long polling) up to that long."""
+                   block_ms: int = 0, *, expression_type: str = "TAG") -> PullResult:
+        """One PULL_MESSAGE; block_ms > 0 lets the broker hold the request (long polling) up to that long.
+        expression_type="SQL92" filters by properties on the broker (enablePropertyFilter=true there)."""
         inst = self._instance()
         if block_ms > self.broker_suspend_max_ms:
             block_ms = self.broker_suspend_max_ms
         sys_flag = PULL_FLAG_SUBSCRIPTION | (PULL_FLAG_SUSPEND if block_ms > 0 else 0)
-        sd = SubscriptionData.of_expression(mq.topic, expression)
+        sd = SubscriptionData.of_expression(mq.topic, expression, 0, expression_type)
         addr = await inst.find_broker_addr(mq)
         header = broker_api.pull_header(self.group, mq, offset, max_nums, sys_flag, 0, block_ms, sd.sub_string,
-                                        sd.sub_version)
-        return await broker_api.pull(inst, addr, header, block_ms + 10_000, tags_of_expression(expression))
+                                        sd.sub_version, sd.expression_type)
+        tags = tags_of_expression(expression) if sd.expression_type == "TAG" else None
+        return await broker_api.pull(inst, addr, header, block_ms + 10_000, tags)
 
     async def query_offset(self, mq: MessageQueue) -> int:
         """The group's committed offset on the broker, -1 if none."""

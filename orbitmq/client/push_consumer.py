@@ -65,7 +65,8 @@ class PushConsumer:
                  offsets_dir: str | os.PathLike[str] | None = None, consume_concurrency: int = 20,
                  allocate_strategy: AllocateStrategy | None = None, rebalance_interval_ms: int = 20_000,
                  lock_interval_ms: int = 20_000, suspend_ms: int = 15_000, pull_timeout_ms: int = 30_000,
-                 listener_in_thread: bool = True, max_reconsume_times: int = MAX_RECONSUME_TIMES) -> None:
+                 listener_in_thread: bool = True, max_reconsume_times: int = MAX_RECONSUME_TIMES,
+                 lock_max_live_ms: int = 30_000) -> None:
         if message_model not in ("CLUSTERING", "BROADCASTING"):
             raise ClientStateError(f"message_model must be CLUSTERING or BROADCASTING, not {message_model!r}")
         if consume_from_where not in CONSUME_FROM:
@@ -87,6 +88,7 @@ class PushConsumer:
         self.strategy: AllocateStrategy = allocate_strategy or AllocateAveragely()
         self.rebalance_interval_ms = rebalance_interval_ms
         self.lock_interval_ms = lock_interval_ms
+        self.lock_max_live_ms = lock_max_live_ms  # orderly: stop consuming a queue not re-locked for this long
         self.suspend_ms = suspend_ms
         self.pull_timeout_ms = pull_timeout_ms
         self.listener_in_thread = listener_in_thread
@@ -108,13 +110,16 @@ class PushConsumer:
         self._start_ms = 0
 
     # ---- configuration ----------------------------------------------------------------------------------------
-    def subscribe(self, topic: str, expression: str = "*", listener: Listener | None = None) -> None:
+    def subscribe(self, topic: str, expression: str = "*", listener: Listener | None = None, *,
+                  expression_type: str = "TAG") -> None:
         """Subscribe before start(); `listener(msgs) -> ConsumeResult` (or ConsumeOrderlyResult), sync or async.
-        A listener given once is the default for topics subscribed without one."""
+        A listener given once is the default for topics subscribed without one. expression_type="SQL92" filters
+        by properties on the broker (enablePropertyFilter=true there)."""
         if self._inst is not None:
             raise ClientStateError("subscribe before start()")
-        sd = SubscriptionData.of_expression(topic, expression, now_ms())
-        self._subs[topic] = _Sub(topic, sd.sub_string, sd, tags_of_expression(expression), listener)
+        sd = SubscriptionData.of_expression(topic, expression, now_ms(), expression_type)
+        tags = tags_of_expression(expression) if sd.expression_type == "TAG" else None
+        self._subs[topic] = _Sub(topic, sd.sub_string, sd, tags, listener)
         if listener is not None and self._default_listener is None:
             self._default_listener = listener
 
@@ -297,13 +302,13 @@ class PushConsumer:
         if self._offsets is not None and mq in self._pqs:
             self._offsets.update(mq, offset, increase_only=increase_only)
 
-    async def send_back(self, mq: MessageQueue, msg: MessageExt) -> bool:
-        """CONSUMER_SEND_MSG_BACK (delay level 0 = broker decides); if that fails, publish the message to
-        %RETRY%<group> ourselves. False = both failed (the caller retries locally)."""
+    async def send_back(self, mq: MessageQueue, msg: MessageExt, delay_level: int = 0) -> bool:
+        """CONSUMER_SEND_MSG_BACK (delay level 0 = broker decides, -1 = straight to %DLQ%); if that fails, publish
+        the message to %RETRY%<group> ourselves. False = both failed (the caller retries locally)."""
         inst = self._instance()
         try:
             addr = await inst.find_broker_addr(mq)
-            await broker_api.send_msg_back(inst, addr, self.group, msg, 0, self.max_reconsume_times)
+            await broker_api.send_msg_back(inst, addr, self.group, msg, delay_level, self.max_reconsume_times)
             return True
         except (OrbitMQError, OSError) as e:
             log.info("send-back of %s failed (%s); publishing to %s", msg.msg_id, e, self.retry_topic)
@@ -464,22 +469,28 @@ class PushConsumer:
                 log.info("unlock on %s failed: %s", name, e)
 
     async def lock_all(self) -> None:
-        """Re-lock every owned queue (every 20 s); a refused queue stops consuming until locked again."""
-        mqs = list(self._pqs)
-        if not mqs:
-            return
-        locked = await self._lock(mqs)
-        now = monotonic_ms()
-        for mq in mqs:
-            pq = self._pqs.get(mq)
-            if pq is None:
-                continue
-            pq.locked = mq in locked
-            if pq.locked:
-                pq.last_lock_ms = now
-                wake = self._wakes.get(mq)
-                if wake is not None:
-                    wake.set()
+        """Re-lock every owned queue (every 20 s). A queue whose lock lapsed (refused: another client holds it)
+        is dropped with its cached messages, without persisting our offset over the new owner's; the next
+        rebalance re-adds it (locked, from the broker's offset) if it is still ours."""
+        async with self._rebalance_lock:
+            mqs = list(self._pqs)
+            if not mqs:
+                return
+            locked = await self._lock(mqs)
+            now = monotonic_ms()
+            for mq in mqs:
+                pq = self._pqs.get(mq)
+                if pq is None:
+                    continue
+                pq.locked = mq in locked
+                if pq.locked:
+                    pq.last_lock_ms = now
+                    wake = self._wakes.get(mq)
+                    if wake is not None:
+                        wake.set()
+                else:
+                    marks.hit("orderly queue lock lapsed")
+                    await self._remove_queue(mq, persist=False)
 
     # ---- pulling ----------------------------------------------------------------------------------------------
     def _flow_controlled(self, pq: ProcessQueue) -> bool:

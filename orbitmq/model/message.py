@@ -46,6 +46,14 @@ class Message:
     def delay_level(self, level: int) -> None:
         self.properties[Prop.DELAY] = str(level)
 
+    def set_delivery_time_ms(self, deliver_ms: int) -> None:
+        """Timer message (RocketMQ 5): deliver at this absolute time, ms since the epoch."""
+        self.properties[Prop.TIMER_DELIVER_MS] = str(int(deliver_ms))
+
+    def set_delay_sec(self, seconds: int) -> None:
+        """Timer message (RocketMQ 5): deliver this many seconds after the broker stores it."""
+        self.properties[Prop.TIMER_DELAY_SEC] = str(int(seconds))
+
 
 @dataclass(slots=True)
 class MessageExt:

@@ -76,7 +76,22 @@ def pack_host_port(host_port: str) -> bytes:
     return pack_host(host, int(port))
 
 
+_HOST_TEXT: dict[bytes, str] = {}  # raw address+port -> "ip:port" (a broker sees few distinct hosts)
+_HOST_TEXT_MAX = 4096
+
+
 def unpack_host(raw: bytes | memoryview) -> str:
+    key = bytes(raw)
+    text = _HOST_TEXT.get(key)
+    if text is None:
+        text = _unpack_host(key)
+        if len(_HOST_TEXT) >= _HOST_TEXT_MAX:
+            _HOST_TEXT.clear()
+        _HOST_TEXT[key] = text
+    return text
+
+
+def _unpack_host(raw: bytes) -> str:
     if len(raw) == 8:
         return f"{ipaddress.IPv4Address(bytes(raw[:4]))}:{_I.unpack_from(raw, 4)[0]}"
     return f"[{ipaddress.IPv6Address(bytes(raw[:16]))}]:{_I.unpack_from(raw, 16)[0]}"
@@ -157,8 +172,51 @@ def read_size_magic(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     return _SIZE_MAGIC.unpack_from(buf, pos)
 
 
+# The common record: IPv4 born and store hosts. Head, both hosts, store timestamp and the tail in one unpack.
+_HEAD_V4 = struct.Struct(">iiiiiqqiq8sq8siqi")
+assert _HEAD_V4.size == 88
+_V6_FLAGS = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG
+_host_text = _HOST_TEXT.get
+
+
 def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False) -> MessageExt:
     """Decode the record at `pos`. Raises CorruptionError if it is not a well-formed record."""
+    try:
+        (total, magic, crc, queue_id, flag, queue_offset, phys_offset, sys_flag, born_ts, born_raw, store_ts,
+         store_raw, reconsume, prepared, body_len) = _HEAD_V4.unpack_from(buf, pos)
+    except struct.error:
+        pass  # shorter than a v4 header: the general path reports why
+    else:
+        # fast path (same checks, same result as the general path below): V1 magic, IPv4 hosts
+        if magic == MAGIC_V1 and not sys_flag & _V6_FLAGS and total >= 48 and pos + total <= len(buf):
+            p = pos + 88
+            end = pos + total
+            if 0 <= body_len and p + body_len + 3 <= end:
+                body = bytes(buf[p : p + body_len])
+                p += body_len
+                topic_len = buf[p]
+                p += 1
+                if topic_len <= 127 and p + topic_len + 2 <= end:
+                    try:
+                        topic = str(buf[p : p + topic_len], "utf-8")
+                        p += topic_len
+                        props_len = _H.unpack_from(buf, p)[0]
+                        p += 2
+                        if props_len >= 0 and p + props_len == end:
+                            props = decode_properties(str(buf[p:end], "utf-8")) if props_len else {}
+                            if check_crc and body_crc(body) != crc:
+                                raise CorruptionError("record", pos, "body CRC mismatch")
+                            return MessageExt(
+                                topic, body, props, flag, queue_id, queue_offset, phys_offset, sys_flag, born_ts,
+                                _host_text(born_raw) or unpack_host(born_raw), store_ts,
+                                _host_text(store_raw) or unpack_host(store_raw), reconsume, prepared, crc, total,
+                            )
+                    except UnicodeDecodeError:
+                        pass  # the general path raises the CorruptionError
+    return _decode_record_general(buf, pos, check_crc)
+
+
+def _decode_record_general(buf: bytes | bytearray | memoryview, pos: int, check_crc: bool) -> MessageExt:
     try:
         (total, magic, crc, queue_id, flag, queue_offset, phys_offset, sys_flag, born_ts) = _HEAD.unpack_from(buf, pos)
         if magic not in (MAGIC_V1, MAGIC_V2):
@@ -235,3 +293,25 @@ def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[MessageExt]:
         msg = decode_record(buf, pos)
         pos += msg.store_size
         yield msg
+
+
+def read_properties_text(buf: bytes | bytearray | memoryview, pos: int = 0) -> str:
+    """Just the PROPERTIES string of the record at `pos` (skips the body without copying it); for filters that
+    look at properties only. Raises ValueError if the record is malformed."""
+    try:
+        total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+        sys_flag = _I.unpack_from(buf, pos + POS_SYS_FLAG)[0]
+        p = pos + POS_BORN_HOST + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + 8
+        p += (20 if sys_flag & STOREHOST_V6_FLAG else 8) + 12
+        p += 4 + _I.unpack_from(buf, p)[0]
+        if magic == MAGIC_V1:
+            p += 1 + buf[p]
+        else:
+            p += 2 + _H.unpack_from(buf, p)[0]
+        props_len = _H.unpack_from(buf, p)[0]
+        p += 2
+        if props_len < 0 or p + props_len != pos + total or pos + total > len(buf):
+            raise ValueError(f"record at {pos}: size fields disagree with total size")
+        return str(buf[p : p + props_len], "utf-8") if props_len else ""
+    except (struct.error, IndexError, UnicodeDecodeError) as e:
+        raise ValueError(f"record at {pos}: {e}") from e

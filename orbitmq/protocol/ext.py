@@ -90,7 +90,7 @@ def normalize_send_header(ext: dict[str, str] | None) -> dict[str, str]:
     if "a" not in ext and "b" not in ext:
         return ext
     get = SEND_V2_TO_V1.get
-    return dict(zip(map(get, ext, ext), ext.values()))  # == {get(k, k): v ...}, at C speed
+    return {get(k, k): v for k, v in ext.items()}
 
 
 def to_send_v2(ext: dict[str, str]) -> dict[str, str]:

@@ -107,6 +107,9 @@ class RemotingClient:
             del self._conns[addr]
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000) -> RemotingCommand:
+        conn = self._conns.get(addr)
+        if conn is not None and not conn.closed and not self._closed:  # hot path: connected already
+            return await conn.invoke(cmd, timeout_ms)
         loop = asyncio.get_running_loop()
         start = loop.time()
         conn = await self.get_connection(addr, timeout_ms)

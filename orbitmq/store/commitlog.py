@@ -31,6 +31,7 @@ from orbitmq.store.dispatch import DispatchRequest
 from orbitmq.store.layout import BLANK, BLANK_MAGIC, BLANK_SIZE, COMMITLOG_DIR, SIZE_MAGIC
 from orbitmq.store.recovery import RecordKind, check_record
 from orbitmq.store.results import MessageInner, PutResult, PutStatus
+from orbitmq.store.schedule import SCHEDULE_TOPIC, delivery_time
 from orbitmq.store.segment import Segment
 from orbitmq.store.segment_list import SegmentList
 
@@ -164,7 +165,9 @@ class CommitLog:
             patch_record(buf, pos, queue_offset, phys, store_ts)
             props = m.properties
             requests.append(DispatchRequest(
-                m.topic, m.queue_id, phys, n, tag_code(props.get(Prop.TAGS)), store_ts, queue_offset,
+                m.topic, m.queue_id, phys, n,
+                tag_code(props.get(Prop.TAGS)) if m.topic != SCHEDULE_TOPIC
+                else delivery_time(props, store_ts, self.config.message_delay_level), store_ts, queue_offset,
                 props.get(Prop.KEYS), props.get(Prop.UNIQ_KEY), m.sys_flag, m.prepared_transaction_offset, props,
             ))
             msg_ids.append((self._host(m.store_host) + _Q.pack(phys)).hex().upper())

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from orbitmq.base.errors import ConfigError
 from orbitmq.store.layout import CQ_ENTRY_SIZE
+from orbitmq.store.schedule import DEFAULT_DELAY_LEVELS, parse_delay_levels
 
 FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 CONFIRM_MODES = ("written", "flushed")
@@ -43,6 +44,8 @@ class StoreConfig:
     disk_force_clean_ratio: int = 85
     clean_interval_ms: int = 10_000
     physical_memory_bytes: int = 0  # 0 = ask the OS (for the in-memory test)
+    # delay levels (RocketMQ keeps messageDelayLevel in the store config): schedule entries' tags code = due time
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
 
     def validate(self) -> None:
         if not self.store_path_root_dir:
@@ -77,6 +80,7 @@ class StoreConfig:
             raise ConfigError(f"deleteWhen must be hours separated by ';', got {self.delete_when!r}") from None
         if not hours or any(not 0 <= h <= 23 for h in hours):
             raise ConfigError(f"deleteWhen must list hours 00..23, got {self.delete_when!r}")
+        parse_delay_levels(self.message_delay_level)
 
     def derive(self) -> StoreConfig:
         """Validated copy with derived values filled in (confirm_offset_mode)."""

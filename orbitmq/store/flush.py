@@ -19,6 +19,11 @@ log = logging.getLogger(__name__)
 PAGE = 4096
 
 
+def _expire(fut: asyncio.Future[bool]) -> None:
+    if not fut.done():
+        fut.set_result(False)
+
+
 def _flush_ranges(ranges: list[tuple[Backing, int, int]]) -> None:
     for backing, start, end in ranges:
         backing.flush(start, end)
@@ -102,10 +107,13 @@ class FlushService:
         self._waiters.append((end_offset, fut))
         if self._group_task is None or self._group_task.done():
             self._group_task = loop.create_task(self._run_group_commit_loop())
+        # A plain timer instead of wait_for(shield(...)): no extra task per waiter (the group-commit hot path).
+        # On timeout the future resolves False; the group loop skips waiters that are already done.
+        timer = loop.call_later(timeout_ms / 1000, _expire, fut)
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000)
-        except TimeoutError:
-            return False
+            return await fut
+        finally:
+            timer.cancel()
 
     async def _run_group_commit_loop(self) -> None:
         while self._waiters:

@@ -42,8 +42,10 @@ from orbitmq.store.recovery import (
     decide,
     scan_start,
 )
+from orbitmq.store.replica import ReplicaState
 from orbitmq.store.results import GetResult, GetStatus, MessageInner, PutResult, PutStatus, QueryResult
 from orbitmq.store.retention import RetentionService
+from orbitmq.store.schedule import DEFAULT_DELAY_LEVELS, SCHEDULE_TOPIC, delivery_time
 from orbitmq.store.segment import Segment
 
 log = logging.getLogger(__name__)
@@ -60,10 +62,12 @@ def _physical_memory() -> int:
         return 8 << 30
 
 
-def request_of(msg: MessageExt) -> DispatchRequest:
+def request_of(msg: MessageExt, delay_spec: str = DEFAULT_DELAY_LEVELS) -> DispatchRequest:
     props = msg.properties
+    code = (tag_code(props.get(Prop.TAGS)) if msg.topic != SCHEDULE_TOPIC
+            else delivery_time(props, msg.store_timestamp, delay_spec))
     return DispatchRequest(
-        msg.topic, msg.queue_id, msg.phys_offset, msg.store_size, tag_code(props.get(Prop.TAGS)),
+        msg.topic, msg.queue_id, msg.phys_offset, msg.store_size, code,
         msg.store_timestamp, msg.queue_offset, props.get(Prop.KEYS), props.get(Prop.UNIQ_KEY), msg.sys_flag,
         msg.prepared_transaction_offset, props,
     )
@@ -102,6 +106,7 @@ class MessageStore:
         self._confirm_offset = 0
         self._visible_on_flush = self.config.confirm_offset_mode == "flushed"
         self._pending: deque[DispatchRequest] = deque()  # appended, not yet visible ("flushed" mode)
+        self.replica = ReplicaState(self)  # replication: raw appends (slave), replica gate (SYNC_MASTER)
         self._lock: FileLock | None = None
         self._loaded = False
         self._shutdown = False
@@ -201,7 +206,7 @@ class MessageStore:
         n = 0
         last_ts = self.commitlog.last_store_timestamp
         for _phys, rec in self.commitlog.iter_records(begin, end):
-            req = request_of(decode_record(rec))
+            req = request_of(decode_record(rec), self.config.message_delay_level)
             self.cq_table.dispatch(req)
             if self.index is not None:
                 self._dispatch_index(req)
@@ -349,33 +354,34 @@ class MessageStore:
         result = appended.result
         if result.status is not PutStatus.PUT_OK:
             return result, -1
-        if self._visible_on_flush:
+        if self.replica.on_written is not None:
+            self.replica.on_written()  # wake the HA streams
+        if self._visible_on_flush or self.replica.gate:
             self._pending.extend(appended.requests)
         else:
             self._confirm_offset = appended.end_offset
             dispatch = self.dispatcher.dispatch
             for req in appended.requests:
                 dispatch(req)
-        if self.config.sync_flush and msgs[0].properties.get(Prop.WAIT) != "false":
+        if (self.config.sync_flush or self.replica.wait_ms) and msgs[0].properties.get(Prop.WAIT) != "false":
             return result, appended.end_offset
         return result, -1
 
     async def wait_put_flushed(self, result: PutResult, end_offset: int) -> PutResult:
         """Second half of a SYNC_FLUSH put: wait for the group commit covering `end_offset`."""
         assert self.flusher is not None
-        if not await self.flusher.wait_flushed(end_offset, self.config.sync_flush_timeout_ms):
+        if self.config.sync_flush and not await self.flusher.wait_flushed(end_offset, self.config.sync_flush_timeout_ms):
             result.status = PutStatus.FLUSH_DISK_TIMEOUT
             marks.hit("sync flush timeout")
+        if self.replica.wait_ms and result.status is PutStatus.PUT_OK:
+            result = await self.replica.wait(result, end_offset)  # SYNC_MASTER: wait for a slave
         return result
 
     def _on_flushed(self, offset: int, _store_ts: int) -> None:
         if not self._visible_on_flush:
             return
-        pending = self._pending
-        dispatch = self.dispatcher.dispatch
-        while pending and pending[0].phys_offset + pending[0].size <= offset:
-            dispatch(pending.popleft())
-        self._confirm_offset = max(self._confirm_offset, offset)
+        self.replica.flushed_seen = offset
+        self.replica.release_visible()  # visible up to the flush (and the replicas, when gated)
 
     def _dispatch_index(self, req: DispatchRequest) -> None:
         if req.sys_flag & 0xC == 0xC:  # ROLLBACK records are not indexed
@@ -397,7 +403,10 @@ class MessageStore:
     def get_message(
         self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
         tag_filter: Callable[[int], bool] | None = None,
+        record_filter: Callable[[memoryview], bool] | None = None,
     ) -> GetResult:
+        """tag_filter(tags code) is the first stage; record_filter(record bytes) -> keep? the optional second
+        (SQL92 property filters), run only on records that passed the first."""
         cq = self.cq_table.find(topic, queue_id)
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
@@ -415,11 +424,12 @@ class MessageStore:
         entries = cq.read(offset, scan_entries)
         if not entries:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.segment_end_offset(offset), min_off, max_off)
-        return self._collect(entries, offset, max_msg_nums, tag_filter, min_off, max_off)
+        return self._collect(entries, offset, max_msg_nums, tag_filter, min_off, max_off, record_filter)
 
     def _collect(
         self, entries: list[tuple[int, int, int]], offset: int, max_msg_nums: int,
         tag_filter: Callable[[int], bool] | None, min_off: int, max_off: int,
+        record_filter: Callable[[memoryview], bool] | None = None,
     ) -> GetResult:
         cl = self.commitlog
         max_phys = cl.max_offset
@@ -453,6 +463,8 @@ class MessageStore:
                     status = GetStatus.MESSAGE_WAS_REMOVING
                 seg_size = cl.segments.segment_size
                 skip_below = phys - phys % seg_size + seg_size
+                continue
+            if record_filter is not None and not record_filter(view):
                 continue
             buffers.append(view)
             total += size
@@ -550,6 +562,7 @@ class MessageStore:
         if self.flusher is not None:
             self.flusher.reset(phys_offset)
         self.epochs.truncate(phys_offset)
+        self.replica.reset_cursor()
         while self._pending and self._pending[-1].phys_offset >= phys_offset:
             self._pending.pop()
         self._confirm_offset = min(self._confirm_offset, phys_offset)
@@ -558,6 +571,14 @@ class MessageStore:
             # the checkpoint must not claim flushed data past the new end: recovery would see a later valid
             # (re-appended) region as corruption inside flushed data
             self._save_checkpoint()
+
+    def read_commitlog(self, phys_offset: int, max_size: int) -> bytes:
+        """Replication (master): written bytes from phys_offset, ≤ max_size, within one segment."""
+        return self.replica.read(phys_offset, max_size)
+
+    def append_raw(self, phys_offset: int, data: bytes) -> int:
+        """Replication (slave): master bytes verbatim at the same offsets; returns the new max phys offset."""
+        return self.replica.append_raw(phys_offset, data)
 
     @property
     def master_epoch(self) -> int:

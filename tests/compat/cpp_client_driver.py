@@ -57,6 +57,9 @@ def produce(a: dict) -> None:
         else:
             for i in range(n):
                 m, meta = make_message(a["topic"], i, tags[i % len(tags)], a["run"])
+                if a.get("delay"):  # delay level (SCHEDULE_TOPIC_XXXX)
+                    m.set_delay_time_level(int(a["delay"]))
+                    meta["sent_ms"] = int(time.time() * 1000)
                 if mode == "sync":
                     r = p.send_sync(m)
                     meta["status"] = int(r.status)

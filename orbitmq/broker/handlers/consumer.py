@@ -56,7 +56,7 @@ class QueueLockTable:
 
 
 def handlers(ctx: BrokerContext, locks: QueueLockTable | None = None) -> dict[int, Any]:
-    lock_table = locks or QueueLockTable()
+    lock_table = locks or QueueLockTable(max_live_ms=ctx.config.rebalance_lock_max_live_time)
 
     def get_consumer_list(conn: Any, req: RemotingCommand) -> RemotingCommand:
         group = ext_str(req.ext_fields, "consumerGroup")

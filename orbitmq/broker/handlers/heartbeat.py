@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.filter.sql92 import SqlParseError, compile_sql92
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_str, fastjson
 from orbitmq.protocol.bodies import HeartbeatData
 
@@ -100,12 +101,16 @@ class ClientManageProcessor:
         expression_type = str(sub.get("expressionType") or "TAG")
         if expression_type == "TAG":
             return req.response(ResponseCode.SUCCESS)
-        if not self.ctx.config.enable_property_filter:
+        if expression_type != "SQL92" or not self.ctx.config.enable_property_filter:
             return req.response(ResponseCode.SYSTEM_ERROR,
                                 f"The broker does not support consumer to filter message by {expression_type}")
-        return req.response(ResponseCode.SYSTEM_ERROR,
-                            f"{expression_type} filtering is not supported by this broker yet "
-                            "(enablePropertyFilter has no effect)")
+        expression = str(sub.get("subString") or "")
+        try:
+            compile_sql92(expression)
+        except SqlParseError as e:
+            return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                f"parse the consumer's subscription[{expression}] failed: {e}")
+        return req.response(ResponseCode.SUCCESS)
 
 
 def handlers(ctx: BrokerContext, notifier: ConsumerIdsNotifier | None = None) -> dict[int, Any]:

@@ -10,6 +10,7 @@ from functools import lru_cache
 from typing import Any
 
 from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.filter import EXPRESSION_TYPE_SQL92, FilterCache, SqlParseError
 from orbitmq.broker.long_poll import LongPollService
 from orbitmq.model.enums import Perm
 from orbitmq.model.tags import java_hash, tags_of_expression
@@ -55,6 +56,7 @@ class PullProcessor:
     def __init__(self, ctx: BrokerContext, long_poll: LongPollService | None = None) -> None:
         self.ctx = ctx
         self.long_poll = long_poll
+        self.filters = FilterCache()
 
     def handle(self, conn: Any, req: RemotingCommand) -> RemotingCommand | None:
         return self.process(conn, req, allow_suspend=True)
@@ -76,9 +78,13 @@ class PullProcessor:
         checked = self._check(conn, req, group, topic, queue_id, sys_flag)
         if isinstance(checked, RemotingCommand):
             return checked
-        sgc, codes = checked
-        result = self.ctx.store.get_message(group, topic, queue_id, queue_offset, max_msg_nums,
-                                            codes.__contains__ if codes is not None else None)
+        sgc, codes, record_filter = checked
+        if record_filter is None:
+            result = self.ctx.store.get_message(group, topic, queue_id, queue_offset, max_msg_nums,
+                                                codes.__contains__ if codes is not None else None)
+        else:  # SQL92: second-stage filter over the candidate records' properties
+            result = self.ctx.store.get_message(group, topic, queue_id, queue_offset, max_msg_nums, None,
+                                                record_filter)
         response = self._respond(conn, req, result, sgc, codes, topic, queue_id, queue_offset, sys_flag,
                                  suspend_timeout_ms, allow_suspend)
         if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not self.ctx.config.is_slave:
@@ -86,8 +92,9 @@ class PullProcessor:
         return response
 
     def _check(self, conn: Any, req: RemotingCommand, group: str, topic: str, queue_id: int,
-               sys_flag: int) -> RemotingCommand | tuple[Any, frozenset[int] | None]:
-        """The §3.2 checks in Java order: an error response, or (group config, tag codes or None for all)."""
+               sys_flag: int) -> RemotingCommand | tuple[Any, frozenset[int] | None, Any]:
+        """The §3.2 checks in Java order: an error response, or (group config, tag codes or None for all,
+        SQL92 record filter or None)."""
         ctx = self.ctx
         cfg = ctx.config
         if not cfg.broker_permission & Perm.READ:
@@ -127,12 +134,25 @@ class PullProcessor:
             expression = sub.sub_string
             expression_type = sub.expression_type or "TAG"
         if expression_type != "TAG":
-            return req.response(ResponseCode.SYSTEM_ERROR,
-                                f"The broker does not support consumer to filter message by {expression_type}")
+            return self._sql_filter(req, sgc, group, topic, expression, expression_type)
         codes = tag_codes(expression)
         if codes is not None and topic.startswith(RETRY_PREFIX) and not cfg.filter_support_retry:
             codes = None
-        return sgc, codes
+        return sgc, codes, None
+
+    def _sql_filter(self, req: RemotingCommand, sgc: Any, group: str, topic: str, expression: str,
+                    expression_type: str) -> RemotingCommand | tuple[Any, None, Any]:
+        """SQL92 property filtering (broker/filter): a compiled record filter, or the error response."""
+        if expression_type != EXPRESSION_TYPE_SQL92 or not self.ctx.config.enable_property_filter:
+            return req.response(ResponseCode.SYSTEM_ERROR,
+                                f"The broker does not support consumer to filter message by {expression_type}")
+        if topic.startswith(RETRY_PREFIX) and not self.ctx.config.filter_support_retry:
+            return sgc, None, None
+        try:
+            return sgc, None, self.filters.get(group, topic, expression)
+        except SqlParseError as e:
+            return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                f"parse the consumer's subscription[{expression}] failed, group: {group}: {e}")
 
     def _respond(self, conn: Any, req: RemotingCommand, result: Any, sgc: Any, codes: frozenset[int] | None,
                  topic: str, queue_id: int, queue_offset: int, sys_flag: int, suspend_timeout_ms: int,

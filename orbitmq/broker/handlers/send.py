@@ -2,8 +2,8 @@
 sends): header checks in the 4.9.x order, topic auto-creation, %RETRY% → %DLQ% redirect, delay-level rewrite to
 SCHEDULE_TOPIC_XXXX, then one store append and the PutStatus → response-code mapping.
 
-Transactional half messages are refused for now (see TRANSACTION_UNSUPPORTED). Hot path: one header dict, one
-properties decode, no per-message objects besides the MessageInner.
+Transactional half messages are refused (TRANSACTION_UNSUPPORTED) unless services/transaction.py is registered.
+Hot path: one header dict, one properties decode, no per-message objects besides the MessageInner.
 """
 
 from __future__ import annotations
@@ -199,6 +199,8 @@ class SendProcessor:
                 raise SendReject(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! "
                                                                "(auto-create is off or the default topic cannot "
                                                                "be inherited)")
+        if not tc.perm & Perm.WRITE:  # e.g. %DLQ%<group> (read-only)
+            raise SendReject(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         return tc
 
     def _pick_queue(self, conn: Any, tc: Any, queue_id: int) -> int:
@@ -235,7 +237,8 @@ class SendProcessor:
             if ctx.config.reject_transaction_message:
                 raise SendReject(ResponseCode.NO_PERMISSION,
                                  f"the broker[{ctx.config.broker_ip1}] sending transaction message is forbidden")
-            raise SendReject(ResponseCode.NO_PERMISSION, TRANSACTION_UNSUPPORTED)
+            if ctx.services.get("transaction") is None:  # else services/transaction.py's hook makes it a half
+                raise SendReject(ResponseCode.NO_PERMISSION, TRANSACTION_UNSUPPORTED)
         resp_queue_id = queue_id
         delay = props.get(Prop.DELAY)
         if delay is not None and transaction_type(sys_flag) in (0, SysFlag.TRANSACTION_COMMIT):
@@ -260,7 +263,7 @@ class SendProcessor:
         if reconsume_times < max_times:
             return topic, queue_id
         dlq = DLQ_PREFIX + group
-        ctx.topics.create_system_topic(dlq, 1, _RW)
+        ctx.topics.create_system_topic(dlq, 1, int(Perm.READ))  # read-only, as CONSUMER_SEND_MSG_BACK's DLQ
         props.pop(Prop.DELAY, None)
         return dlq, 0
 

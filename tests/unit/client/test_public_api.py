@@ -11,6 +11,8 @@ PINNED = {
     "ClientInstance", "ClientStateError", "ConsumeOrderlyResult", "ConsumeResult", "Message", "MessageExt",
     "MessageQueue", "MessageValidationError", "NoRouteError", "Producer", "PullConsumer", "PullResult", "PullStatus",
     "PushConsumer", "ResponseError", "SendResult", "SendStatus", "blocking", "errors",
+    "LocalTransactionState", "TransactionProducer",
+    "SimpleConsumer",
 }
 
 

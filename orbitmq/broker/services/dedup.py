@@ -1,0 +1,278 @@
+"""Producer de-duplication (an OrbitMQ extension): a SendHook remembering recent UNIQ_KEYs per producer group with
+their original send result, so a send retried after a lost response is answered with that result instead of being
+stored twice. Persisted as a snapshot file (config/dedup.json) plus a CommitLog tail scan on start.
+
+Batches are answered from memory only when every message of the batch was seen (otherwise stored again).
+Why and formats: docs/design/filter-dedup.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections import OrderedDict
+from typing import Any
+
+import orjson
+
+from orbitmq.base.errors import OrbitMQError
+from orbitmq.base.fsio import atomic_write, read_with_backup
+from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.services import ServiceEnv
+from orbitmq.model.properties import Prop
+from orbitmq.protocol import RemotingCommand, ResponseCode
+from orbitmq.store import PutStatus
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_FILE = "dedup.json"
+SNAPSHOT_VERSION = 1
+HITS_COUNTER = "dedupHits"
+_SKIP_PREFIXES = ("%RETRY%", "%DLQ%")
+_SKIP_TOPICS = frozenset({"RMQ_SYS_TRANS_OP_HALF_TOPIC"})
+_STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
+                     PutStatus.SLAVE_NOT_AVAILABLE})
+_OK = int(ResponseCode.SUCCESS)
+
+# value: (producer group or None when rebuilt from the CommitLog, store time ms, offset msgId, queueId, queueOffset)
+Entry = tuple[str | None, int, str, int, int]
+
+
+class DedupTable:
+    """UNIQ_KEY -> Entry, oldest first; entries older than the window or beyond max_entries are evicted."""
+
+    def __init__(self, window_ms: int, max_entries: int) -> None:
+        self.window_ms = window_ms
+        self.max_entries = max_entries
+        self.entries: OrderedDict[str, Entry] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def find(self, group: str, key: str, now: int) -> Entry | None:
+        e = self.entries.get(key)
+        if e is None or now - e[1] > self.window_ms:
+            return None
+        if e[0] is not None and e[0] != group:
+            return None
+        return e
+
+    def put(self, key: str, entry: Entry, *, keep_existing: bool = False) -> None:
+        entries = self.entries
+        if key in entries:
+            if keep_existing:
+                return
+            del entries[key]  # re-insert at the young end
+        entries[key] = entry
+
+    def evict(self, now: int) -> None:
+        entries = self.entries
+        limit = now - self.window_ms
+        while entries:
+            key = next(iter(entries))
+            if entries[key][1] >= limit and len(entries) <= self.max_entries:
+                break
+            entries.popitem(last=False)
+
+    # ---- snapshot ----
+    def to_json(self, phys_offset: int) -> bytes:
+        return orjson.dumps({"version": SNAPSHOT_VERSION, "physOffset": phys_offset,
+                             "entries": [[k, *v] for k, v in self.entries.items()]})
+
+    def load_json(self, data: bytes, now: int) -> int:
+        """Load a snapshot (expired entries skipped); returns the CommitLog offset it covers."""
+        obj = orjson.loads(data)
+        if not isinstance(obj, dict) or obj.get("version") != SNAPSHOT_VERSION:
+            raise ValueError("not a dedup snapshot")
+        limit = now - self.window_ms
+        for k, group, ts, msg_id, qid, qoff in obj["entries"]:
+            if ts >= limit:
+                self.put(str(k), (group, int(ts), str(msg_id), int(qid), int(qoff)))
+        return int(obj["physOffset"])
+
+
+def _dedupable(topic: str, props: dict[str, str], reconsume_times: int) -> bool:
+    """Consumer retries (same UNIQ_KEY on purpose) and system bookkeeping are never de-duplicated."""
+    if reconsume_times > 0 or topic.startswith(_SKIP_PREFIXES) or topic in _SKIP_TOPICS:
+        return False
+    real = props.get(Prop.REAL_TOPIC)
+    return real is None or not real.startswith(_SKIP_PREFIXES)
+
+
+def _response_queue_id(props: dict[str, str], queue_id: int) -> int:
+    """The queue the producer asked for (delay / half messages are stored elsewhere with REAL_QID)."""
+    real = props.get(Prop.REAL_QID)
+    if real is not None and Prop.REAL_TOPIC in props:
+        try:
+            return int(real)
+        except ValueError:
+            pass
+    return queue_id
+
+
+class DedupService:
+    name = "dedup"
+
+    def __init__(self, ctx: BrokerContext, env: ServiceEnv) -> None:
+        cfg = ctx.config
+        self.ctx = ctx
+        self.env = env
+        self.table = DedupTable(cfg.dedup_window_seconds * 1000, cfg.dedup_max_entries)
+        self.path = os.path.join(env.config_dir, SNAPSHOT_FILE)
+        self.snapshot_interval_s = max(1, cfg.dedup_snapshot_interval_seconds)
+        self._covered = 0  # CommitLog offset the previous snapshot tick saw (next snapshot claims only this)
+        ctx.stats.counters.setdefault(HITS_COUNTER, 0)
+
+    # ---- SendHook ----
+    def before_put(self, conn: Any, req: RemotingCommand, msgs: list[Any]) -> RemotingCommand | None:
+        ext = req.ext_fields or {}
+        group = ext.get("producerGroup") or ext.get("a") or ""
+        now = self.env.clock.now_ms()
+        found: list[Entry] = []
+        table = self.table
+        for m in msgs:
+            key = m.properties.get(Prop.UNIQ_KEY)
+            if key is None:
+                return None
+            e = table.find(group, key, now)
+            if e is None or not _dedupable(m.topic, m.properties, m.reconsume_times):
+                return None
+            found.append(e)
+        if not found:
+            return None
+        counters = self.ctx.stats.counters
+        counters[HITS_COUNTER] = counters.get(HITS_COUNTER, 0) + len(found)
+        cfg = self.ctx.config
+        resp = req.response(_OK)
+        resp.ext_fields = {
+            "MSG_REGION": cfg.region_id,
+            "TRACE_ON": "true" if cfg.trace_on else "false",
+            "msgId": ",".join(e[2] for e in found),
+            "queueId": str(found[0][3]),
+            "queueOffset": str(found[0][4]),
+        }
+        return resp
+
+    def after_put(self, conn: Any, req: RemotingCommand, msgs: list[Any], result: Any) -> None:
+        if result.status not in _STORED or not msgs:
+            return
+        ext = req.ext_fields or {}
+        group = ext.get("producerGroup") or ext.get("a") or ""
+        ts = result.store_timestamp or self.env.clock.now_ms()
+        ids = result.msg_ids
+        table = self.table
+        first = msgs[0]
+        qid = _response_queue_id(first.properties, first.queue_id)
+        for i, m in enumerate(msgs):
+            key = m.properties.get(Prop.UNIQ_KEY)
+            if key is None or i >= len(ids) or not _dedupable(m.topic, m.properties, m.reconsume_times):
+                continue
+            table.put(key, (group, ts, ids[i], qid, result.queue_offset + i))
+        table.evict(ts)
+
+    # ---- recovery ----
+    def rebuild(self) -> int:
+        """Snapshot + CommitLog tail scan; returns how many records the scan read."""
+        now = self.env.clock.now_ms()
+        start = -1
+        for data in read_with_backup(self.path):
+            try:
+                start = self.table.load_json(data, now)
+                break
+            except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as e:
+                log.warning("dedup snapshot %s unreadable (%s); trying its backup", self.path, e)
+                self.table.entries.clear()
+        store = self.ctx.store
+        if start < 0:
+            start = self._window_start(now)
+        start = max(start, store.min_phys_offset)
+        scanned = self._scan(start, store.confirm_offset, now)
+        self.table.evict(now)
+        self._covered = store.confirm_offset
+        return scanned
+
+    def _segment_size(self) -> int:
+        return max(1, int(self.env.store_config.mapped_file_size_commitlog))
+
+    def _window_start(self, now: int) -> int:
+        """No snapshot: the start of the last CommitLog segment whose first record is older than the window."""
+        store = self.ctx.store
+        seg = self._segment_size()
+        pos = store.min_phys_offset - store.min_phys_offset % seg
+        best = store.min_phys_offset
+        limit = now - self.table.window_ms
+        while pos < store.confirm_offset:
+            msg = store.look_message_by_offset(max(pos, store.min_phys_offset))
+            if msg is not None and msg.store_timestamp > limit:
+                break
+            best = max(pos, store.min_phys_offset)
+            pos += seg
+        return best
+
+    def _scan(self, start: int, end: int, now: int) -> int:
+        store = self.ctx.store
+        seg = self._segment_size()
+        limit = now - self.table.window_ms
+        phys = start
+        count = 0
+        table = self.table
+        while phys < end:
+            try:
+                msg = store.look_message_by_offset(phys)
+            except OrbitMQError:
+                msg = None
+            if msg is None or msg.store_size <= 0:  # end-of-segment filler: continue in the next segment
+                phys = phys - phys % seg + seg
+                continue
+            count += 1
+            phys += msg.store_size
+            key = msg.properties.get(Prop.UNIQ_KEY)
+            if key is None or msg.store_timestamp < limit:
+                continue
+            if not _dedupable(msg.topic, msg.properties, msg.reconsume_times):
+                continue
+            qid = _response_queue_id(msg.properties, msg.queue_id)
+            # the first record of a key is the original send (a delayed message re-delivered later keeps it)
+            table.put(key, (None, msg.store_timestamp, msg.offset_msg_id, qid, msg.queue_offset),
+                      keep_existing=True)
+        return count
+
+    # ---- snapshots ----
+    def _snapshot_bytes(self) -> bytes:
+        """Claims only the offset seen one tick ago: sends still waiting for a flush then are re-scanned."""
+        covered, self._covered = self._covered, self.ctx.store.confirm_offset
+        self.table.evict(self.env.clock.now_ms())
+        return self.table.to_json(covered)
+
+    async def snapshot(self) -> None:
+        data = self._snapshot_bytes()
+        await asyncio.to_thread(atomic_write, self.path, data)
+
+    # ---- BrokerService ----
+    def handlers(self) -> dict[int, Any]:
+        return {}
+
+    async def start(self) -> None:
+        scanned = self.rebuild()
+        log.info("dedup: %d keys remembered (%d CommitLog records scanned)", len(self.table), scanned)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.snapshot_interval_s)
+            await self.snapshot()
+
+    async def stop(self) -> None:
+        self._covered = self.ctx.store.confirm_offset
+        try:
+            atomic_write(self.path, self._snapshot_bytes())
+        except OSError:
+            log.exception("dedup snapshot failed at stop")
+
+
+def create(ctx: BrokerContext, env: ServiceEnv) -> DedupService | None:
+    if not ctx.config.dedup_enable:
+        return None
+    svc = DedupService(ctx, env)
+    ctx.send_hooks.append(svc)
+    return svc

@@ -1,0 +1,120 @@
+"""De-duplication hook and table (pure parts): window/size eviction, group matching, batches, snapshot."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from orbitmq.broker.config import BrokerConfig
+from orbitmq.broker.services.dedup import DedupService, DedupTable
+from orbitmq.broker.stats import BrokerStats
+from orbitmq.model.properties import Prop
+from orbitmq.protocol import RemotingCommand, RequestCode
+from orbitmq.store import MessageInner, PutResult, PutStatus
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def now_ms(self) -> int:
+        return self.ms
+
+
+def _svc(tmp_path: Any, **cfg: Any) -> tuple[DedupService, _Clock, Any]:
+    ctx = SimpleNamespace(config=BrokerConfig(broker_ip1="127.0.0.1", **cfg), stats=BrokerStats(), send_hooks=[])
+    clock = _Clock()
+    env = SimpleNamespace(clock=clock, config_dir=str(tmp_path), store_config=None)
+    return DedupService(ctx, env), clock, ctx  # type: ignore[arg-type]
+
+
+def _req(group: str = "PG") -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"a": group, "b": "T"})
+
+
+def _msg(key: str | None, topic: str = "T", reconsume: int = 0, **props: str) -> MessageInner:
+    p = dict(props)
+    if key is not None:
+        p[Prop.UNIQ_KEY] = key
+    return MessageInner(topic, 2, b"x", p, reconsume_times=reconsume)
+
+
+def _stored(n: int, qoff: int = 7) -> PutResult:
+    return PutResult(PutStatus.PUT_OK, 100, 10 * n, [f"ID{i}" for i in range(n)], qoff, n, 1_000_000)
+
+
+def test_retry_answered_with_the_original_result(tmp_path: Any) -> None:
+    svc, clock, ctx = _svc(tmp_path)
+    msgs = [_msg("K1")]
+    assert svc.before_put(None, _req(), msgs) is None
+    svc.after_put(None, _req(), msgs, _stored(1))
+    resp = svc.before_put(None, _req(), [_msg("K1")])
+    assert resp is not None and resp.code == 0
+    assert resp.ext_fields["msgId"] == "ID0" and resp.ext_fields["queueId"] == "2"
+    assert resp.ext_fields["queueOffset"] == "7"
+    assert ctx.stats.counters["dedupHits"] == 1
+    assert ctx.stats.runtime_info()["dedupHits"] == "1"
+    assert svc.before_put(None, _req("OtherGroup"), [_msg("K1")]) is None  # per producer group
+    clock.ms += 300_001  # past the window
+    assert svc.before_put(None, _req(), [_msg("K1")]) is None
+
+
+def test_failed_puts_retries_and_missing_keys_are_not_remembered(tmp_path: Any) -> None:
+    svc, _, _ = _svc(tmp_path)
+    svc.after_put(None, _req(), [_msg("K1")], PutResult(PutStatus.SERVICE_NOT_AVAILABLE, 0, 0, [], 0, 0, 0))
+    assert svc.before_put(None, _req(), [_msg("K1")]) is None
+    svc.after_put(None, _req(), [_msg("K2", topic="%RETRY%G", reconsume=1)], _stored(1))
+    assert svc.before_put(None, _req(), [_msg("K2", topic="%RETRY%G", reconsume=1)]) is None
+    svc.after_put(None, _req(), [_msg(None)], _stored(1))
+    assert len(svc.table) == 0
+
+
+def test_delayed_message_answers_its_real_queue(tmp_path: Any) -> None:
+    svc, _, _ = _svc(tmp_path)
+    m = _msg("K", topic="SCHEDULE_TOPIC_XXXX", **{Prop.REAL_TOPIC: "T", Prop.REAL_QID: "3"})
+    svc.after_put(None, _req(), [m], _stored(1))
+    resp = svc.before_put(None, _req(), [m])
+    assert resp is not None and resp.ext_fields["queueId"] == "3"
+
+
+def test_batch_only_when_every_message_was_seen(tmp_path: Any) -> None:
+    svc, _, _ = _svc(tmp_path)
+    batch = [_msg("B1"), _msg("B2"), _msg("B3")]
+    svc.after_put(None, _req(), batch, _stored(3, qoff=10))
+    resp = svc.before_put(None, _req(), [_msg("B1"), _msg("B2"), _msg("B3")])
+    assert resp is not None
+    assert resp.ext_fields["msgId"] == "ID0,ID1,ID2" and resp.ext_fields["queueOffset"] == "10"
+    assert svc.before_put(None, _req(), [_msg("B1"), _msg("NEW")]) is None
+
+
+def test_table_eviction_by_size_and_snapshot_roundtrip(tmp_path: Any) -> None:
+    t = DedupTable(window_ms=1000, max_entries=3)
+    for i in range(5):
+        t.put(f"k{i}", ("G", 100 + i, f"id{i}", 0, i))
+    t.evict(100)
+    assert list(t.entries) == ["k2", "k3", "k4"]
+    t.put("k2", ("G", 200, "id2b", 0, 9))  # re-inserted at the young end
+    assert list(t.entries) == ["k3", "k4", "k2"]
+    data = t.to_json(1234)
+    t2 = DedupTable(window_ms=1000, max_entries=3)
+    assert t2.load_json(data, now=1104) == 1234
+    assert list(t2.entries) == ["k4", "k2"]  # k3 (ts 103) expired at now=1104
+    assert t2.find("G", "k2", 1104) == ("G", 200, "id2b", 0, 9)
+    assert t2.find("H", "k2", 1104) is None
+    t2.put("k5", (None, 1100, "id5", 1, 1))  # rebuilt from the CommitLog: any group matches
+    assert t2.find("H", "k5", 1104) is not None
+
+
+def test_snapshot_file_written_and_reloaded(tmp_path: Any) -> None:
+    svc, _, _ = _svc(tmp_path)
+    svc.ctx.store = SimpleNamespace(confirm_offset=0, min_phys_offset=0, look_message_by_offset=lambda p: None)
+    svc.env.store_config = SimpleNamespace(mapped_file_size_commitlog=1 << 20)
+    svc.after_put(None, _req(), [_msg("K1")], _stored(1))
+    import asyncio
+    asyncio.run(svc.stop())
+    svc2, _, _ = _svc(tmp_path)
+    svc2.ctx.store = svc.ctx.store
+    svc2.env.store_config = svc.env.store_config
+    svc2.rebuild()
+    resp = svc2.before_put(None, _req(), [_msg("K1")])
+    assert resp is not None and resp.ext_fields["msgId"] == "ID0"

@@ -1,0 +1,84 @@
+"""Send fast path: ASYNC_FLUSH (and WAIT=false) sends are answered synchronously, no task; SYNC_FLUSH returns a
+coroutine that answers after the group commit; both give the same response as the coroutine form handle()."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+
+import pytest
+
+from orbitmq.broker.client_registry import ClientRegistry
+from orbitmq.broker.config import BrokerConfig
+from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.handlers.send import SendProcessor
+from orbitmq.broker.metadata.groups import SubscriptionGroupManager
+from orbitmq.broker.metadata.offsets import ConsumerOffsetManager
+from orbitmq.broker.metadata.topics import TopicConfigManager
+from orbitmq.broker.stats import BrokerStats
+from orbitmq.model.properties import encode_properties
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, to_send_v2
+from orbitmq.store import MessageStore, StoreConfig
+
+
+class FakeConn:
+    remote_addr = "127.0.0.1:5555"
+    closed = False
+    attrs: dict = {}
+
+
+def make_ctx(tmp_path, flush: str) -> BrokerContext:
+    store = MessageStore(StoreConfig(str(tmp_path / "store"), mapped_file_size_commitlog=4 * 1024 * 1024,
+                                     mapped_file_size_consume_queue=20 * 1000, max_hash_slot_num=1000,
+                                     max_index_num=4000, max_message_size=1024 * 1024,
+                                     flush_disk_type=flush))
+    store.load()
+    cfg = BrokerConfig(listen_port=10911, broker_ip1="127.0.0.1")
+    config_dir = str(tmp_path / "store" / "config")
+    return BrokerContext(cfg, store, TopicConfigManager(config_dir, cfg), SubscriptionGroupManager(config_dir, cfg),
+                         ConsumerOffsetManager(config_dir), ClientRegistry(), BrokerStats(), "127.0.0.1:10911")
+
+
+def send_req(topic: str, props: dict[str, str] | None = None) -> RemotingCommand:
+    ext = {"producerGroup": "PG", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+           "queueId": "0", "sysFlag": "0", "bornTimestamp": str(int(time.time() * 1000)), "flag": "0",
+           "properties": encode_properties(props or {})}
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, to_send_v2(ext), b"body")
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_async_flush_answers_synchronously_sync_flush_after_group_commit(tmp_path, flush):
+    ctx = make_ctx(tmp_path, flush)
+    proc = SendProcessor(ctx)
+
+    async def main():
+        await ctx.store.start()
+        try:
+            r = proc.dispatch(FakeConn(), send_req("T1"))
+            if flush == "ASYNC_FLUSH":
+                assert isinstance(r, RemotingCommand)  # no coroutine, no task
+                resp = r
+            else:
+                assert inspect.iscoroutine(r)
+                resp = await r
+                assert ctx.store.flushed_offset >= ctx.store.max_phys_offset  # answered after the flush
+            assert resp.code == ResponseCode.SUCCESS
+            assert resp.ext_fields["queueOffset"] == "0" and resp.ext_fields["msgId"]
+            # WAIT=false never waits, even in SYNC_FLUSH
+            r2 = proc.dispatch(FakeConn(), send_req("T1", {"WAIT": "false"}))
+            assert isinstance(r2, RemotingCommand) and r2.ext_fields["queueOffset"] == "1"
+            # the coroutine form gives the same kind of answer
+            r3 = await proc.handle(FakeConn(), send_req("T1"))
+            assert r3.code == ResponseCode.SUCCESS and r3.ext_fields["queueOffset"] == "2"
+        finally:
+            await ctx.store.shutdown()
+
+    asyncio.run(main())
+
+
+def test_refused_send_is_answered_synchronously_in_sync_flush(tmp_path):
+    ctx = make_ctx(tmp_path, "SYNC_FLUSH")
+    r = SendProcessor(ctx).dispatch(FakeConn(), send_req("SCHEDULE_TOPIC_XXXX"))
+    assert isinstance(r, RemotingCommand) and r.code == ResponseCode.SYSTEM_ERROR
+    asyncio.run(ctx.store.shutdown())
