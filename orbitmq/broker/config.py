@@ -78,8 +78,8 @@ class BrokerConfig:
     filter_support_retry: bool = _opt(False)
     # producer de-duplication (services/dedup.py)
     dedup_enable: bool = _opt(True)
-    dedup_window_seconds: int = _opt(300, hot=True)
-    dedup_max_entries: int = _opt(1_000_000)
+    dedup_window_seconds: int = _opt(120, hot=True)
+    dedup_max_entries: int = _opt(200_000)  # ~370 B each: bounds the table near 75 MiB
     dedup_snapshot_interval_seconds: int = _opt(10)
     # orderly consumption: a queue lock not refreshed for this long is free (Java system property
     # rocketmq.broker.rebalance.lockMaxLiveTime); clients must re-lock well within it

@@ -35,7 +35,7 @@ except ImportError:  # pyspark 4.0/4.1: latestOffset() without arguments, the re
     ReadAllAvailable = ReadLimit = ReadMaxRows = None  # type: ignore[assignment,misc]
     _MIXINS = ()
 
-from orbitmq.client import MessageExt, MessageQueue, PullStatus
+from orbitmq.client import MessageExt, MessageQueue, PullResult, PullStatus
 from orbitmq.model import Prop
 from orbitmq.spark import offsets as ofs
 from orbitmq.spark.sync import DEFAULT_GROUP, SyncClient, client_for
@@ -69,6 +69,7 @@ class ReadOptions:
     expression: str
     group: str
     pull_batch: int
+    parallel_pulls: int
     arrow_batch: int
     fail_on_data_loss: bool
 
@@ -82,6 +83,7 @@ class ReadOptions:
             namesrv=namesrv, topic=topic, expression=options.get("tags", "*") or "*",
             group=options.get("readerGroup", DEFAULT_GROUP),
             pull_batch=int(options.get("pullBatchSize", "32")),
+            parallel_pulls=int(options.get("pullParallelism", "4")),
             arrow_batch=int(options.get("arrowBatchSize", "4096")),
             fail_on_data_loss=options.get("failOnDataLoss", "true").lower() in _TRUE)
 
@@ -148,44 +150,62 @@ def _lost(opts: ReadOptions, part: QueueRange, want: int, got: int, why: str) ->
     log.warning("%s Skipping.", msg)
 
 
+def _step(opts: ReadOptions, part: QueueRange, r: PullResult, off: int, filtered: bool, cols: _Columns
+          ) -> tuple[int, bool]:
+    """Apply one pull result requested at `off`: rows go into cols. Returns (next offset, stop reading)."""
+    end = part.end
+    if r.status is PullStatus.OFFSET_ILLEGAL:
+        nxt = r.next_begin_offset
+        if nxt > off:  # below the queue's min offset
+            if not part.fresh:
+                _lost(opts, part, off, min(nxt, end), f"earliest offset is now {r.min_offset}")
+            return nxt, False
+        _lost(opts, part, off, end, f"queue max offset is {r.max_offset}, below the planned end")
+        return off, True
+    if r.status is PullStatus.NO_NEW_MSG:
+        _lost(opts, part, off, end, f"queue max offset is {r.max_offset}, below the planned end")
+        return off, True
+    if r.status is PullStatus.NO_MATCHED_MSG:
+        return (r.next_begin_offset if r.next_begin_offset > off else off + 1), False
+    for m in r.msgs:
+        qo = m.queue_offset
+        if qo < off:
+            continue
+        if qo >= end:
+            break
+        if qo > off and not filtered and not part.fresh:
+            _lost(opts, part, off, qo, "offset gap in the queue")
+        cols.add(m)
+        off = qo + 1
+    return max(off, r.next_begin_offset), False
+
+
 def read_range(opts: ReadOptions, part: QueueRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Pull [start, end) of one queue and yield Arrow batches of at most opts.arrow_batch rows."""
+    """Pull [start, end) of one queue and yield Arrow batches of about opts.arrow_batch rows.
+
+    Queue offsets are dense, so without a tag filter up to `pullParallelism` pulls for consecutive windows of
+    pullBatchSize offsets are sent at once (the broker caps one pull at 32 messages); a window that does not start
+    where the previous one ended (a gap, or a filter) makes the rest be re-asked from the right offset."""
     client = client_for(opts.namesrv)
     mq = MessageQueue(opts.topic, part.broker, part.queue_id)
     filtered = opts.expression.strip() not in ("", "*")
+    width = 1 if filtered else max(1, opts.parallel_pulls)
+    pb = max(1, opts.pull_batch)
     off, end = part.start, part.end
     cols = _Columns()
     while off < end:
-        r = client.pull(mq, off, min(opts.pull_batch, end - off), opts.expression, opts.group)
-        if r.status is PullStatus.OFFSET_ILLEGAL:
-            nxt = r.next_begin_offset
-            if nxt > off:  # below the queue's min offset
-                if not part.fresh:
-                    _lost(opts, part, off, min(nxt, end), f"earliest offset is now {r.min_offset}")
-                off = nxt
-                continue
-            _lost(opts, part, off, end, f"queue max offset is {r.max_offset}, below the planned end")
-            break
-        if r.status is PullStatus.NO_NEW_MSG:
-            _lost(opts, part, off, end, f"queue max offset is {r.max_offset}, below the planned end")
-            break
-        if r.status is PullStatus.NO_MATCHED_MSG:
-            off = max(off + 1, r.next_begin_offset) if r.next_begin_offset <= off else r.next_begin_offset
-            continue
-        for m in r.msgs:
-            qo = m.queue_offset
-            if qo < off:
-                continue
-            if qo >= end:
+        starts = [off + i * pb for i in range(width) if off + i * pb < end]
+        results = client.pull_many(mq, [(st, min(pb, end - st)) for st in starts], opts.expression, opts.group)
+        for st, r in zip(starts, results, strict=True):
+            if st != off:
                 break
-            if qo > off and not filtered and not part.fresh:
-                _lost(opts, part, off, qo, "offset gap in the queue")
-            cols.add(m)
-            off = qo + 1
-            if cols.n >= opts.arrow_batch:
-                yield cols.batch(schema, opts.topic, part.broker)
-                cols = _Columns()
-        off = max(off, r.next_begin_offset)
+            off, stop = _step(opts, part, r, off, filtered, cols)
+            if stop:
+                off = end
+                break
+        if cols.n >= opts.arrow_batch:
+            yield cols.batch(schema, opts.topic, part.broker)
+            cols = _Columns()
     if cols.n:
         yield cols.batch(schema, opts.topic, part.broker)
 

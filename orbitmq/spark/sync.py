@@ -87,6 +87,18 @@ class SyncClient:
 
         return self.call(run())
 
+    def pull_many(self, mq: MessageQueue, requests: list[tuple[int, int]], expression: str = "*",
+                  group: str = DEFAULT_GROUP) -> list[PullResult]:
+        """Several pulls of one queue at once: [(offset, max_nums)] -> results in the same order."""
+        c = self.consumer(group)
+
+        async def run() -> list[PullResult]:
+            if mq.topic not in c.subscribed_topics():
+                await c.fetch_queues(mq.topic)
+            return list(await asyncio.gather(*(c.pull(mq, o, n, expression) for o, n in requests)))
+
+        return self.call(run())
+
     def commit_offsets(self, group: str, table: dict[MessageQueue, int]) -> None:
         c = self.consumer(group)
 
