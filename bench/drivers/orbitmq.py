@@ -17,7 +17,13 @@ from orbitmq.cli.admin import AdminSession
 from orbitmq.client import ConsumeResult, Producer, PushConsumer
 from orbitmq.model import Message, MessageExt
 from orbitmq.protocol import RequestCode
-from orbitmq.testing.procs import ServerProcess, free_broker_port, free_port, write_conf
+from orbitmq.testing.procs import (
+    ServerProcess,
+    free_broker_port,
+    free_port,
+    wait_broker_registered,
+    write_conf,
+)
 
 FLUSH = {"async": "ASYNC_FLUSH", "sync": "SYNC_FLUSH"}
 DURABILITY = {
@@ -58,6 +64,8 @@ class OrbitDriver(Driver):
         await asyncio.to_thread(self._proc.start)
         self.namesrv = f"127.0.0.1:{ns_port}"
         self.broker_addr = f"127.0.0.1:{broker_port}"
+        # the ports open before the broker serves: it registers with the name server once it accepts requests
+        await asyncio.to_thread(wait_broker_registered, self.namesrv, self.broker_addr, 60.0, proc=self._proc)
         self._producer = Producer("bench-producer", namesrv=self.namesrv, send_timeout_ms=10_000)
         await self._producer.start()
 
