@@ -5,15 +5,11 @@ Java JSON shape; unknown keys written by newer brokers (5.x attributes, retry po
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
-from orbitmq.base.fsio import atomic_write
-from orbitmq.broker.metadata.data_version import DataVersion, load_config_file
+from orbitmq.broker.metadata.data_version import DataVersion
+from orbitmq.broker.metadata.versioned import VersionedTable
 
 SYS_CONSUMER_GROUP_PREFIX = "CID_RMQ_SYS_"
 BUILTIN_GROUPS = (
@@ -90,21 +86,19 @@ class SubscriptionGroupConfig:
         return cls(extra=extra, **kwargs)
 
 
-class SubscriptionGroupManager:
+class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
     """Group table with Java-compatible persistence; every change bumps the DataVersion and persists."""
 
     FILE_NAME = "subscriptionGroup.json"
+    TABLE_KEY = "subscriptionGroupTable"
 
     def __init__(self, config_dir: str, config: Any) -> None:
-        self._path = os.path.join(config_dir, self.FILE_NAME)
+        super().__init__(config_dir)
         self._config = config
-        self._table: dict[str, SubscriptionGroupConfig] = {g: SubscriptionGroupConfig(g) for g in BUILTIN_GROUPS}
-        self.data_version = DataVersion()
-        self.on_change: Callable[[], None] | None = None
+        self._table.update({g: SubscriptionGroupConfig(g) for g in BUILTIN_GROUPS})
 
-    @property
-    def path(self) -> str:
-        return self._path
+    def _decode(self, obj: Any) -> tuple[dict[str, SubscriptionGroupConfig], DataVersion]:
+        return decode_group_wrapper(obj)
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         return self._table.get(group)
@@ -136,41 +130,6 @@ class SubscriptionGroupManager:
             return False
         self._changed()
         return True
-
-    def replace_all(self, table: dict[str, SubscriptionGroupConfig], data_version: DataVersion) -> None:
-        """Slave sync: adopt the master's table and version wholesale."""
-        self._table = dict(table)
-        self.data_version.assign(data_version)
-        self.persist()
-
-    def _changed(self) -> None:
-        self.data_version.next_version()
-        self.persist()
-        if self.on_change is not None:
-            self.on_change()
-
-    def to_json_obj(self) -> dict[str, Any]:
-        """SubscriptionGroupWrapper shape (subscriptionGroup.json and GET_ALL_SUBSCRIPTIONGROUP_CONFIG body)."""
-        return {
-            "dataVersion": self.data_version.to_json_obj(),
-            "subscriptionGroupTable": {name: c.to_json_obj() for name, c in self._table.items()},
-        }
-
-    def encode(self, pretty: bool = False) -> bytes:
-        return orjson.dumps(self.to_json_obj(), option=orjson.OPT_INDENT_2 if pretty else 0)
-
-    def persist(self) -> None:
-        atomic_write(self._path, self.encode(pretty=True))
-
-    def load(self) -> None:
-        """Merge subscriptionGroup.json (or .bak) over the built-ins; ConfigError if both copies are corrupt."""
-        loaded = load_config_file(self._path, decode_group_wrapper)
-        if loaded is None:
-            return
-        table, version = loaded
-        self._table.update(table)
-        self.data_version.assign(version)
-
 
 def decode_group_wrapper(obj: Any) -> tuple[dict[str, SubscriptionGroupConfig], DataVersion]:
     if not isinstance(obj, dict):

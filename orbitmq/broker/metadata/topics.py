@@ -6,15 +6,11 @@ announced through `on_change` (the app wires it to re-registration with the name
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable
 from typing import Any
 
-import orjson
-
-from orbitmq.base.fsio import atomic_write
-from orbitmq.broker.metadata.data_version import DataVersion, load_config_file
+from orbitmq.broker.metadata.data_version import DataVersion
+from orbitmq.broker.metadata.versioned import VersionedTable
 from orbitmq.model.enums import Perm
 from orbitmq.model.topic import TopicConfig
 
@@ -82,23 +78,20 @@ def is_system_topic_name(topic: str) -> bool:
     return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
-class TopicConfigManager:
+class TopicConfigManager(VersionedTable[TopicConfig]):
     """Topic table with Java-compatible persistence; every change bumps the DataVersion and persists."""
 
     FILE_NAME = "topics.json"
+    TABLE_KEY = "topicConfigTable"
 
     def __init__(self, config_dir: str, config: Any) -> None:
-        self._path = os.path.join(config_dir, self.FILE_NAME)
+        super().__init__(config_dir)
         self._config = config
-        self._table: dict[str, TopicConfig] = {}
         self._system_topics: set[str] = set(SYSTEM_TOPICS)
-        self.data_version = DataVersion()
-        self.on_change: Callable[[], None] | None = None
         self._add_builtin_topics()
 
-    @property
-    def path(self) -> str:
-        return self._path
+    def _decode(self, obj: Any) -> tuple[dict[str, TopicConfig], DataVersion]:
+        return _decode_wrapper(obj)
 
     # ---- built-ins -------------------------------------------------------------------------------------
     def _add_builtin_topics(self) -> None:
@@ -188,42 +181,6 @@ class TopicConfigManager:
         self._table[topic] = tc
         self._changed()
         return tc
-
-    def replace_all(self, table: dict[str, TopicConfig], data_version: DataVersion) -> None:
-        """Slave sync: adopt the master's table and version wholesale."""
-        self._table = dict(table)
-        self.data_version.assign(data_version)
-        self.persist()
-
-    def _changed(self) -> None:
-        self.data_version.next_version()
-        self.persist()
-        if self.on_change is not None:
-            self.on_change()
-
-    # ---- persistence -----------------------------------------------------------------------------------
-    def to_json_obj(self) -> dict[str, Any]:
-        """TopicConfigSerializeWrapper shape (topics.json and the GET_ALL_TOPIC_CONFIG body)."""
-        return {
-            "dataVersion": self.data_version.to_json_obj(),
-            "topicConfigTable": {name: tc.to_json_obj() for name, tc in self._table.items()},
-        }
-
-    def encode(self, pretty: bool = False) -> bytes:
-        return orjson.dumps(self.to_json_obj(), option=orjson.OPT_INDENT_2 if pretty else 0)
-
-    def persist(self) -> None:
-        atomic_write(self._path, self.encode(pretty=True))
-
-    def load(self) -> None:
-        """Merge topics.json (or its .bak) over the built-ins; ConfigError if both copies are corrupt."""
-        loaded = load_config_file(self._path, _decode_wrapper)
-        if loaded is None:
-            return
-        table, version = loaded
-        self._table.update(table)
-        self.data_version.assign(version)
-
 
 def _decode_wrapper(obj: Any) -> tuple[dict[str, TopicConfig], DataVersion]:
     if not isinstance(obj, dict):
