@@ -110,6 +110,16 @@ class BrokerConfig:
     slave_timeout: int = _opt(3000, hot=True)  # SYNC_MASTER: max wait for a slave ack (-> FLUSH_SLAVE_TIMEOUT)
     slave_sync_interval: int = _opt(10000)  # slave: metadata sync period (topics, offsets, groups)
     sync_master_confirm_visibility: bool = _opt(True)  # SYNC_MASTER: consumers see only replicated data
+    # RIP-32 slave acting master (services/acting_master.py, services/preonline.py; docs/design/replication.md)
+    enable_slave_acting_master: bool = _opt(False)  # smallest-id live slave takes over master-only duties
+    enable_remote_escape: bool = _opt(False)  # acting slave may send service output to another group's master
+    broker_heartbeat_interval: int = _opt(1000)  # BROKER_HEARTBEAT (904) period to each name server
+    broker_not_active_timeout_millis: int = _opt(10000)  # name server drops us after this long without one
+    send_heartbeat_timeout_millis: int = _opt(1000)
+    sync_broker_member_group_period: int = _opt(1000)  # GET_BROKER_MEMBER_GROUP (901) poll period
+    lock_in_strict_mode: bool = _opt(False)  # a queue lock needs a quorum of the replica group
+    skip_pre_online: bool = _opt(False)  # a restarting master registers at once, without pre-online
+    compatible_with_old_name_srv: bool = _opt(True)  # heartbeat as QUERY_DATA_VERSION, member group via route
 
     def __post_init__(self) -> None:
         if not self.broker_ip1:
@@ -172,6 +182,10 @@ class BrokerConfig:
             "shortPollingTimeMills": self.short_polling_time_mills,
             "maxMsgsNumBatch": self.max_msgs_num_batch,
             "defaultQueryMaxNum": self.default_query_max_num,
+            "brokerHeartbeatInterval": self.broker_heartbeat_interval,
+            "brokerNotActiveTimeoutMillis": self.broker_not_active_timeout_millis,
+            "sendHeartbeatTimeoutMillis": self.send_heartbeat_timeout_millis,
+            "syncBrokerMemberGroupPeriod": self.sync_broker_member_group_period,
         }
         for name, value in positive.items():
             if value <= 0:

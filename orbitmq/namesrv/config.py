@@ -34,6 +34,8 @@ class NamesrvConfig:
     enable_all_topic_list: bool = True
     enable_topic_list: bool = True
     server_channel_max_idle_time_seconds: int = 120
+    # RIP-32: list a master-less group's smallest-id live slave as brokerId 0 (read-only) in routes
+    support_acting_master: bool = False
 
     def validate(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -62,6 +64,7 @@ CONF_KEYS: dict[str, str] = {
     "enableAllTopicList": "enable_all_topic_list",
     "enableTopicList": "enable_topic_list",
     "serverChannelMaxIdleTimeSeconds": "server_channel_max_idle_time_seconds",
+    "supportActingMaster": "support_acting_master",
 }
 
 # Java keys that tune Netty/JVM thread pools or 5.x features we do not have: accepted without effect.
@@ -72,7 +75,7 @@ _IGNORED_KEYS = frozenset(
         "serverSocketRcvBufSize", "serverPooledByteBufAllocatorEnable", "useEpollNativeSelector",
         "writeBufferHighWaterMark", "writeBufferLowWaterMark", "serverSocketBacklog",
         "defaultThreadPoolNums", "clientRequestThreadPoolNums", "defaultThreadPoolQueueCapacity",
-        "clientRequestThreadPoolQueueCapacity", "unRegisterBrokerQueueCapacity", "supportActingMaster",
+        "clientRequestThreadPoolQueueCapacity", "unRegisterBrokerQueueCapacity",
         "notifyMinBrokerIdChanged", "enableControllerInNamesrv", "needWaitForService", "waitSecondsForService",
         "configBlackList", "returnOrderTopicConfigToBroker",
     }
