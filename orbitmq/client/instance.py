@@ -1,6 +1,12 @@
 """ClientInstance: what producers and consumers of one process share per (event loop, name servers, instance
-name): the RemotingClient, the route cache (refreshed every 30 s and on demand), heartbeats to every broker every
-30 s, and the handler for broker-initiated requests (40, 220, 221, 307, 39, 309).
+name): the RemotingClient, the route cache (refreshed every 30 s, on demand, and within a moment of an OrbitMQ
+name server's route-change push), heartbeats to every broker every 30 s, and the handler for broker-initiated
+requests (40, 220, 221, 307, 39, 309) and name-server pushes (9901).
+
+Route push: every GET_ROUTEINFO_BY_TOPIC carries ext `orbitWatch=true`; an OrbitMQ name server then sends a
+oneway ORBIT_NOTIFY_ROUTE_CHANGED with ext `topic` over that connection whenever the topic's route changes, and
+the instance refetches it (debounced, one refresh per topic in flight) and triggers a rebalance of consumers
+subscribed to it if the route differs. Other name servers ignore the field; the 30 s poll stays the fallback.
 """
 
 from __future__ import annotations
@@ -81,6 +87,8 @@ class ClientInstance:
 
     heartbeat_interval_ms = 30_000
     route_interval_ms = 30_000
+    route_watch = True  # ask name servers to push route changes (orbitWatch)
+    route_push_debounce_ms = 50  # pushes for one topic within this window cause one refetch
 
     def __init__(self, namesrv: str, instance_name: str | None = None, client_ip: str | None = None) -> None:
         self.namesrv_addrs = split_namesrv(namesrv)
@@ -99,6 +107,7 @@ class ClientInstance:
         self._route_locks: dict[str, asyncio.Lock] = {}
         self._started = False
         self._heartbeated: set[str] = set()
+        self._pushed_topics: set[str] = set()  # route refetches scheduled by a push, not started yet
 
     # ---- lifecycle --------------------------------------------------------------------------------------------
     @classmethod
@@ -160,10 +169,11 @@ class ClientInstance:
     # ---- routes -----------------------------------------------------------------------------------------------
     async def fetch_route(self, topic: str, timeout_ms: int = 3000) -> RouteInfo | None:
         """GET_ROUTEINFO_BY_TOPIC; None when the name server does not know the topic."""
+        ext = {"topic": topic, "acceptStandardJsonOnly": "true"}
+        if self.route_watch:
+            ext["orbitWatch"] = "true"
         resp = await self.invoke_namesrv(
-            lambda: RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                            {"topic": topic, "acceptStandardJsonOnly": "true"}),
-            timeout_ms)
+            lambda: RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, dict(ext)), timeout_ms)
         if resp.code == ResponseCode.TOPIC_NOT_EXIST:
             return None
         broker_api.check(resp, "namesrv")
@@ -176,6 +186,9 @@ class ClientInstance:
             route = await self.fetch_route(topic)
             if route is not None and route.queue_datas:
                 self.routes.update(topic, route)
+                # helper D: a broker gone from every route is forgotten, so when it comes back (a restarted master,
+                # which lost our registration) it is heartbeated at once instead of up to 30 s later
+                self._heartbeated &= self.routes.all_broker_addrs()
                 if route.all_addrs() - self._heartbeated:
                     await self.send_heartbeat_to_all(only_new=True)
             return self.routes.get(topic)
@@ -216,6 +229,31 @@ class ClientInstance:
                 await self.update_route(t)
             except (OrbitMQError, OSError) as e:
                 log.debug("route refresh of %s failed: %s", t, e)
+
+    def on_route_pushed(self, topic: str) -> None:
+        """A name server says `topic`'s route changed: refetch it soon (pushes in the debounce window coalesce)."""
+        if not topic or topic in self._pushed_topics or self.tasks.closed or not self._started:
+            return
+        self._pushed_topics.add(topic)
+        marks.hit("client route push received")
+        self.tasks.spawn(self._refresh_pushed(topic), name=f"route-push {topic}")
+
+    async def _refresh_pushed(self, topic: str) -> None:
+        try:
+            await asyncio.sleep(self.route_push_debounce_ms / 1000)
+        finally:
+            self._pushed_topics.discard(topic)  # a push arriving from now on schedules another refetch
+        before = self.routes.get(topic)
+        try:
+            after = await self.update_route(topic)
+        except (OrbitMQError, OSError) as e:
+            log.debug("pushed route refresh of %s failed: %s (the periodic refresh retries)", topic, e)
+            return
+        if after is not before:
+            log.debug("route of %s changed (pushed)", topic)
+            for c in list(self.consumers.values()):
+                if topic in c.subscribed_topics():
+                    c.trigger_rebalance()
 
     def broker_addr(self, broker_name: str, broker_id: int = 0) -> str:
         addr = self.routes.broker_addr(broker_name, broker_id)
@@ -313,6 +351,9 @@ class ClientInstance:
             return None if cmd.is_oneway else cmd.response()
         if code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             return self._on_reset_offset(cmd, ext)
+        if code == RequestCode.ORBIT_NOTIFY_ROUTE_CHANGED:
+            self.on_route_pushed(ext.get("topic", ""))
+            return None if cmd.is_oneway else cmd.response()
         if code == RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT:
             c = self.consumers.get(ext.get("group", ""))
             if c is None:

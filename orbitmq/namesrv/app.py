@@ -25,7 +25,8 @@ class NameServer:
         )
         self.kv = KvConfig(config.kv_config_path)
         self.handlers = NamesrvHandlers(self.table, self.kv, config, clock)
-        self.liveness = BrokerLiveness(self.table, config.scan_not_active_broker_interval_ms, clock)
+        self.liveness = BrokerLiveness(self.table, config.scan_not_active_broker_interval_ms, clock,
+                                       on_change=self.handlers.after_mutation)
         self.server = RemotingServer(
             self.handlers, config.listen_host, config.listen_port, name="namesrv",
             on_close=self._on_connection_closed,
@@ -43,6 +44,7 @@ class NameServer:
         return f"{host}:{self.port}"
 
     def _on_connection_closed(self, conn: Connection) -> None:
+        self.handlers.forget_connection(conn)
         self.liveness.on_channel_closed(conn)
 
     async def start(self) -> None:

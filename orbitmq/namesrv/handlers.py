@@ -15,6 +15,8 @@ from orbitmq.base.clock import REAL_CLOCK, Clock
 from orbitmq.base.errors import ConfigError, ProtocolError
 from orbitmq.namesrv.config import CONF_KEYS, NamesrvConfig, namesrv_config_from_properties, parse_properties
 from orbitmq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KvConfig
+from orbitmq.namesrv.notify import send_min_id_notices
+from orbitmq.namesrv.route_push import WATCH_KEY, RouteWatchers
 from orbitmq.namesrv.route_table import BrokerGroup, RouteTable
 from orbitmq.protocol import (
     HeaderError,
@@ -27,6 +29,7 @@ from orbitmq.protocol import (
 )
 from orbitmq.protocol.bodies import (
     BrokerData,
+    BrokerMemberGroup,
     ClusterInfo,
     DataVersion,
     KVTable,
@@ -43,6 +46,14 @@ Handler = Callable[[object, RemotingCommand], RemotingCommand]
 
 # keys UPDATE_NAMESRV_CONFIG may not change at runtime (Java's configBlackList plus the listen socket)
 _NOT_UPDATABLE = frozenset({"listen_port", "listen_host", "kv_config_path", "rocketmq_home"})
+
+# requests that may change what GET_ROUTEINFO_BY_TOPIC answers or a group's membership: after each one the
+# queued min-id notices (905) go out and watched routes are re-checked
+_MUTATIONS = frozenset({
+    RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.DELETE_TOPIC_IN_NAMESRV,
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER, RequestCode.PUT_KV_CONFIG,
+    RequestCode.DELETE_KV_CONFIG, RequestCode.UPDATE_NAMESRV_CONFIG,
+})
 
 
 def _stamp(dv: DataVersion) -> tuple[int, ...]:
@@ -62,19 +73,22 @@ def crc32_masked(data: bytes) -> int:
 
 
 class NamesrvHandlers:
-    """Dispatches name-server requests. `on_channel_closed` is wired to the server's connection-close hook."""
+    """Dispatches name-server requests. `forget_connection` and `after_mutation` are wired by NameServer to the
+    connection-close hook and the liveness layer."""
 
     def __init__(self, table: RouteTable, kv: KvConfig, config: NamesrvConfig, clock: Clock = REAL_CLOCK) -> None:
         self.table = table
         self.kv = kv
         self.config = config
         self.clock = clock
+        self.watchers = RouteWatchers(self.route_data)
         C = RequestCode
         self._routes: dict[int, Handler] = {
             C.REGISTER_BROKER: self.register_broker,
             C.UNREGISTER_BROKER: self.unregister_broker,
             C.QUERY_DATA_VERSION: self.query_data_version,
             C.BROKER_HEARTBEAT: self.broker_heartbeat,
+            C.GET_BROKER_MEMBER_GROUP: self.get_broker_member_group,
             C.GET_ROUTEINFO_BY_TOPIC: self.get_route,
             C.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
             C.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topics,
@@ -107,11 +121,25 @@ class NamesrvHandlers:
                 log.warning("name server request %d from %s rejected: %s", cmd.code,
                             getattr(conn, "remote_addr", "?"), e)
                 resp = cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+            if cmd.code in _MUTATIONS:
+                self.after_mutation()
         return None if cmd.is_oneway else resp
 
+    def after_mutation(self) -> None:
+        """Send the min-id notices the table queued, and re-check watched routes (pushed once per loop turn)."""
+        send_min_id_notices(self.table.drain_notices())
+        self.watchers.schedule()
+
+    def forget_connection(self, conn: object) -> None:
+        """A connection closed: its route watches go (removing a broker is the liveness layer's job)."""
+        self.watchers.forget(conn)
+
     def on_channel_closed(self, conn: object) -> None:
+        """Everything a closed connection ends, without the liveness layer (embedding and tests)."""
+        self.forget_connection(conn)
         for r in self.table.on_channel_closed(conn):
             log.info("broker %s (%s) connection closed; removed from routes", r.addr, r.broker_name)
+        self.after_mutation()
 
     # ---- broker registration -------------------------------------------------------------------------
     def register_broker(self, conn: object, cmd: RemotingCommand) -> RemotingCommand:
@@ -121,6 +149,8 @@ class NamesrvHandlers:
         cluster = ext_str(ext, "clusterName")
         ha_server_addr = ext_str(ext, "haServerAddr")
         broker_id = ext_int(ext, "brokerId")
+        heartbeat_timeout_ms = ext_int(ext, "heartbeatTimeoutMillis", None)
+        enable_acting_master = ext_bool(ext, "enableActingMaster", False)
         compressed = ext_bool(ext, "compressed", False)
         body_crc = ext_int(ext, "bodyCrc32", 0)
         if body_crc != 0 and crc32_masked(cmd.body or b"") != body_crc:
@@ -138,6 +168,7 @@ class NamesrvHandlers:
             cluster=cluster, broker_addr=broker_addr, broker_name=broker_name, broker_id=broker_id,
             ha_server_addr=ha_server_addr, data_version=stamp, topic_configs=topic_configs,
             now_ms=self.clock.monotonic_ms(), channel=conn, filter_servers=filter_servers,
+            heartbeat_timeout_ms=heartbeat_timeout_ms, enable_acting_master=enable_acting_master,
         )
         if result.first_registration:
             log.info("new broker registered: %s id=%d %s cluster=%s (%d topics)", broker_name, broker_id,
@@ -175,17 +206,28 @@ class NamesrvHandlers:
         return cmd.response(ext_fields={"changed": "true" if changed else "false"}, body=body)
 
     def broker_heartbeat(self, conn: object, cmd: RemotingCommand) -> RemotingCommand:
-        """5.x BROKER_HEARTBEAT: refresh the registration time of a known broker."""
-        self.table.touch(ext_str(cmd.ext_fields, "brokerAddr"), self.clock.monotonic_ms())
+        """5.x BROKER_HEARTBEAT (904, usually oneway): refresh the registration time of a known broker, and
+        its expiry time when `heartbeatTimeoutMills` (sic, Java's spelling) is given."""
+        ext = cmd.ext_fields
+        ext_str(ext, "clusterName")
+        ext_str(ext, "brokerName")
+        timeout = ext_int(ext, "heartbeatTimeoutMills", None)
+        self.table.touch(ext_str(ext, "brokerAddr"), self.clock.monotonic_ms(), timeout)
         return cmd.response()
 
+    def get_broker_member_group(self, conn: object, cmd: RemotingCommand) -> RemotingCommand:
+        """5.x GET_BROKER_MEMBER_GROUP (901): the live members of a group with their true ids."""
+        cluster = ext_str(cmd.ext_fields, "clusterName")
+        broker_name = ext_str(cmd.ext_fields, "brokerName")
+        group = BrokerMemberGroup(cluster, broker_name, self.table.member_group(broker_name))
+        return cmd.response(body=group.to_json())
+
     # ---- routes and listings -------------------------------------------------------------------------
-    def get_route(self, conn: object, cmd: RemotingCommand) -> RemotingCommand:
-        topic = ext_str(cmd.ext_fields, "topic")
-        route = self.table.route(topic)
+    def route_data(self, topic: str) -> TopicRouteData | None:
+        """What GET_ROUTEINFO_BY_TOPIC answers for `topic` now (None: TOPIC_NOT_EXIST)."""
+        route = self.table.route(topic, acting_master=self.config.support_acting_master)
         if route is None:
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
-                                f"No topic route info in name server for the topic: {topic}")
+            return None
         data = TopicRouteData(
             queue_datas=[QueueData(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
                          for q in route.queue_datas],
@@ -194,8 +236,19 @@ class NamesrvHandlers:
         )
         if self.config.order_message_enable:
             data.order_topic_conf = self.kv.get(ORDER_TOPIC_CONFIG, topic)
+        return data
+
+    def get_route(self, conn: object, cmd: RemotingCommand) -> RemotingCommand:
+        topic = ext_str(cmd.ext_fields, "topic")
+        data = self.route_data(topic)
+        out_ext = None
+        if ext_bool(cmd.ext_fields, WATCH_KEY, False) and self.watchers.watch(conn, topic, data):
+            out_ext = {WATCH_KEY: "true"}
+        if data is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
+                                f"No topic route info in name server for the topic: {topic}", ext_fields=out_ext)
         standard = wants_standard_route_json(cmd.version, ext_bool(cmd.ext_fields, "acceptStandardJsonOnly", False))
-        return cmd.response(body=data.to_json(standard=standard))
+        return cmd.response(body=data.to_json(standard=standard), ext_fields=out_ext)
 
     def get_cluster_info(self, conn: object, cmd: RemotingCommand) -> RemotingCommand:
         groups, clusters = self.table.cluster_info()

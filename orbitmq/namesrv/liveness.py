@@ -1,5 +1,6 @@
 """Broker liveness for the name server: a periodic scan expiring silent brokers, and immediate removal when
 the connection a broker registered over closes. The decisions live in RouteTable; this only drives them.
+`on_change` (NamesrvHandlers.after_mutation) runs after every removal: min-id notices and route pushes.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ def _close_channel(channel: object) -> None:
 
 
 class BrokerLiveness:
-    def __init__(self, table: RouteTable, scan_interval_ms: int, clock: Clock = REAL_CLOCK) -> None:
+    def __init__(self, table: RouteTable, scan_interval_ms: int, clock: Clock = REAL_CLOCK,
+                 on_change: Callable[[], None] | None = None) -> None:
         self.table = table
+        self.on_change = on_change
         self.scan_interval_ms = scan_interval_ms
         self.clock = clock
         self._task: asyncio.Task[None] | None = None
@@ -33,16 +36,28 @@ class BrokerLiveness:
     def scan_once(self) -> list[RemovedBroker]:
         removed = self.table.expire(self.clock.monotonic_ms())
         for r in removed:
-            log.warning("broker %s (%s) expired after %d ms without registration; removed",
-                        r.addr, r.broker_name, self.table.expired_time_ms)
+            log.warning("broker %s (%s) silent for longer than its heartbeat timeout; removed",
+                        r.addr, r.broker_name)
             _close_channel(r.channel)
+        if removed:
+            self._changed()
         return removed
 
     def on_channel_closed(self, channel: object) -> list[RemovedBroker]:
         removed = self.table.on_channel_closed(channel)
         for r in removed:
             log.info("broker %s (%s) connection closed; removed", r.addr, r.broker_name)
+        if removed:
+            self._changed()
         return removed
+
+    def _changed(self) -> None:
+        if self.on_change is None:
+            return
+        try:
+            self.on_change()
+        except Exception:  # notifying others must never stop liveness handling
+            log.exception("name server change notification failed")
 
     async def run_scan_loop(self) -> None:
         interval_s = self.scan_interval_ms / 1000

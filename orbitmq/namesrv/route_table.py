@@ -20,6 +20,8 @@ FLAG_UNIT_SUB = 0x2
 
 # A broker's DataVersion as compared by the name server: (timestamp, counter, state_version).
 VersionStamp = tuple[int, ...]
+# RIP-32 compatibleWithOldNameSrv: brokers read their member group from this topic's route (true ids needed)
+SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
 
 
 @dataclass(slots=True)
@@ -57,6 +59,8 @@ class LiveInfo:
     data_version: VersionStamp | None
     channel: object
     ha_server_addr: str
+    heartbeat_timeout_ms: int | None = None  # RIP-32: the broker's own expiry time (else the table's)
+    enable_acting_master: bool = False  # RIP-32: the broker wants NOTIFY_MIN_BROKER_ID_CHANGE
 
 
 @dataclass(slots=True)
@@ -81,6 +85,27 @@ class RemovedBroker:
     broker_name: str
 
 
+@dataclass(slots=True)
+class MinIdNotice:
+    """NOTIFY_MIN_BROKER_ID_CHANGE (905) to send: the header fields and (addr, channel) of each recipient."""
+
+    broker_name: str
+    min_broker_id: int
+    min_broker_addr: str
+    offline_broker_addr: str | None
+    ha_broker_addr: str | None
+    targets: list[tuple[str, object]]
+
+    def ext_fields(self) -> dict[str, str]:
+        ext = {"brokerName": self.broker_name, "minBrokerId": str(self.min_broker_id),
+               "minBrokerAddr": self.min_broker_addr}
+        if self.offline_broker_addr:
+            ext["offlineBrokerAddr"] = self.offline_broker_addr
+        if self.ha_broker_addr:
+            ext["haBrokerAddr"] = self.ha_broker_addr
+        return ext
+
+
 class RouteTable:
     """All routing state of one name server. Every mutation keeps the cross-table invariants."""
 
@@ -93,6 +118,8 @@ class RouteTable:
         self._clusters: dict[str, set[str]] = {}  # cluster -> broker names
         self._live: dict[str, LiveInfo] = {}  # broker addr -> liveness
         self._filter_servers: dict[str, list[str]] = {}  # broker addr -> filter servers
+        self._min_member: dict[str, tuple[int, str]] = {}  # broker name -> (smallest live id, its addr)
+        self._notices: list[MinIdNotice] = []  # 905s not yet taken by drain_notices()
 
     # ---- registration -------------------------------------------------------------------------------
     def register(
@@ -108,9 +135,12 @@ class RouteTable:
         now_ms: int,
         channel: object = None,
         filter_servers: list[str] | None = None,
+        heartbeat_timeout_ms: int | None = None,
+        enable_acting_master: bool = False,
     ) -> RegisterResult:
         """REGISTER_BROKER. Queue data is rebuilt from a master's topics on its first registration or when
-        its DataVersion differs from the one last seen for this address."""
+        its DataVersion differs from the one last seen for this address. `heartbeat_timeout_ms` (RIP-32) is
+        this broker's own expiry time; `enable_acting_master` makes it a recipient of min-id notices."""
         result = RegisterResult()
         prev = self._live.get(broker_addr)
         if prev is not None and prev.broker_name != broker_name:
@@ -129,10 +159,12 @@ class RouteTable:
         for bid in [bid for bid, addr in group.addrs.items() if addr == broker_addr and bid != broker_id]:
             del group.addrs[bid]
         old_addr = group.addrs.get(broker_id)
+        replaced = None
         if old_addr is not None and old_addr != broker_addr:
             # another process took this id: forget the previous one's liveness
             self._live.pop(old_addr, None)
             self._filter_servers.pop(old_addr, None)
+            replaced = old_addr
         group.addrs[broker_id] = broker_addr
         first = first or old_addr is None
         result.first_registration = first
@@ -142,8 +174,9 @@ class RouteTable:
                 self._rebuild_queue_data(broker_name, topic_configs)
                 result.queue_data_rebuilt = True
 
+        timeout = heartbeat_timeout_ms if heartbeat_timeout_ms is not None and heartbeat_timeout_ms > 0 else None
         self._live[broker_addr] = LiveInfo(cluster, broker_name, broker_id, now_ms, data_version, channel,
-                                           ha_server_addr)
+                                           ha_server_addr, timeout, enable_acting_master)
         if filter_servers is not None:
             if filter_servers:
                 self._filter_servers[broker_addr] = list(filter_servers)
@@ -158,6 +191,7 @@ class RouteTable:
                     result.ha_server_addr = master_live.ha_server_addr
                     result.master_addr = master
         self._check_group(broker_name)
+        self._note_min_member(broker_name, offline_addr=replaced, registrant=broker_addr)
         return result
 
     def _rebuild_queue_data(self, broker_name: str, topic_configs: Iterable[TopicConfig]) -> None:
@@ -178,12 +212,15 @@ class RouteTable:
         live = self._live.get(broker_addr)
         return None if live is None else live.data_version
 
-    def touch(self, broker_addr: str, now_ms: int) -> bool:
-        """Refresh a live broker's last-update time (QUERY_DATA_VERSION with no change)."""
+    def touch(self, broker_addr: str, now_ms: int, heartbeat_timeout_ms: int | None = None) -> bool:
+        """Refresh a live broker's last-update time (QUERY_DATA_VERSION with no change, BROKER_HEARTBEAT);
+        a positive `heartbeat_timeout_ms` replaces the broker's own expiry time."""
         live = self._live.get(broker_addr)
         if live is None:
             return False
         live.last_update_ms = now_ms
+        if heartbeat_timeout_ms is not None and heartbeat_timeout_ms > 0:
+            live.heartbeat_timeout_ms = heartbeat_timeout_ms
         return True
 
     def unregister(self, *, cluster: str, broker_addr: str, broker_name: str, broker_id: int) -> bool:
@@ -202,10 +239,13 @@ class RouteTable:
         addrs = [addr for addr, live in self._live.items() if live.channel is channel]
         return [self._remove_addr(addr) for addr in addrs]
 
+    def timeout_of(self, live: LiveInfo) -> int:
+        """How long `live` may stay silent: its own heartbeatTimeoutMillis, else brokerChannelExpiredTime."""
+        return live.heartbeat_timeout_ms if live.heartbeat_timeout_ms is not None else self.expired_time_ms
+
     def expire(self, now_ms: int) -> list[RemovedBroker]:
-        """Remove brokers silent for longer than the expiry time; the caller closes their channels."""
-        limit = now_ms - self.expired_time_ms
-        stale = [addr for addr, live in self._live.items() if live.last_update_ms < limit]
+        """Remove brokers silent for longer than their expiry time; the caller closes their channels."""
+        stale = [addr for addr, live in self._live.items() if live.last_update_ms < now_ms - self.timeout_of(live)]
         return [self._remove_addr(addr) for addr in stale]
 
     def _remove_addr(self, addr: str) -> RemovedBroker:
@@ -217,7 +257,40 @@ class RouteTable:
                 del group.addrs[bid]
             if not group.addrs:
                 self._remove_group(live.broker_name)
+        self._note_min_member(live.broker_name, offline_addr=addr, registrant=None)
         return RemovedBroker(addr, live.channel, live.broker_name)
+
+    # ---- RIP-32 min-id notices -----------------------------------------------------------------------
+    def _note_min_member(self, broker_name: str, *, offline_addr: str | None, registrant: str | None) -> None:
+        """After a membership change of `broker_name`: queue a 905 when its smallest live id (or that id's
+        address) changed. Like Java, none when the group was just created or is now empty; recipients are the
+        members registered with enableActingMaster, minus a newly registered min broker (it knows)."""
+        group = self._groups.get(broker_name)
+        prev = self._min_member.get(broker_name)
+        if group is None or not group.addrs:
+            self._min_member.pop(broker_name, None)
+            return
+        min_id = min(group.addrs)
+        now = (min_id, group.addrs[min_id])
+        self._min_member[broker_name] = now
+        if prev is None or prev == now:
+            return
+        skip = registrant if offline_addr is None and len(group.addrs) > 1 and registrant == now[1] else None
+        targets = []
+        for addr in sorted(group.addrs.values()):
+            live = self._live.get(addr)
+            if live is not None and live.enable_acting_master and addr != skip:
+                targets.append((addr, live.channel))
+        if not targets:
+            return
+        min_live = self._live.get(now[1])
+        ha = min_live.ha_server_addr if min_live is not None and min_id == MASTER_ID else None
+        self._notices.append(MinIdNotice(broker_name, min_id, now[1], offline_addr, ha or None, targets))
+
+    def drain_notices(self) -> list[MinIdNotice]:
+        """The min-id notices queued since the last call, oldest first (the caller sends them)."""
+        out, self._notices = self._notices, []
+        return out
 
     def _remove_group(self, broker_name: str) -> None:
         group = self._groups.pop(broker_name)
@@ -239,8 +312,9 @@ class RouteTable:
             del self._topics[topic]
 
     # ---- queries -------------------------------------------------------------------------------------
-    def route(self, topic: str) -> TopicRoute | None:
-        """GET_ROUTEINFO_BY_TOPIC: None unless the topic has queue data and at least one live group."""
+    def route(self, topic: str, *, acting_master: bool = False) -> TopicRoute | None:
+        """GET_ROUTEINFO_BY_TOPIC: None unless the topic has queue data and at least one live group.
+        `acting_master` (supportActingMaster): see _apply_acting_master."""
         by_broker = self._topics.get(topic)
         if not by_broker:
             return None
@@ -261,7 +335,26 @@ class RouteTable:
                     filter_servers[addr] = list(fs)
         if not groups:
             return None
-        return TopicRoute(queue_datas, groups, filter_servers)
+        route = TopicRoute(queue_datas, groups, filter_servers)
+        if acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):
+            self._apply_acting_master(route)
+        return route
+
+    def _apply_acting_master(self, route: TopicRoute) -> None:
+        """RIP-32: a group without a live master whose smallest-id slave registered with enableActingMaster
+        lists that slave as id 0 (and no longer under its own id), and its queue data loses PERM_WRITE, so
+        unchanged clients send master-only reads to it but never send messages there."""
+        for group in route.broker_groups:
+            if not group.addrs or MASTER_ID in group.addrs:
+                continue
+            min_id = min(group.addrs)
+            live = self._live.get(group.addrs[min_id])
+            if live is None or not live.enable_acting_master:
+                continue
+            group.addrs[MASTER_ID] = group.addrs.pop(min_id)
+            for qd in route.queue_datas:
+                if qd.broker_name == group.broker_name:
+                    qd.perm &= ~Perm.WRITE
 
     def cluster_info(self) -> tuple[dict[str, BrokerGroup], dict[str, list[str]]]:
         """GET_BROKER_CLUSTER_INFO: (broker name -> group, cluster -> sorted broker names)."""
@@ -307,6 +400,11 @@ class RouteTable:
 
     def live_brokers(self) -> dict[str, LiveInfo]:
         return dict(self._live)
+
+    def member_group(self, broker_name: str) -> dict[int, str]:
+        """GET_BROKER_MEMBER_GROUP: live members of a group, id -> address (true ids; empty if unknown)."""
+        g = self._groups.get(broker_name)
+        return {} if g is None else dict(sorted(g.addrs.items()))
 
     def group(self, broker_name: str) -> BrokerGroup | None:
         g = self._groups.get(broker_name)
@@ -372,3 +470,7 @@ class RouteTable:
                 check(addr in self._live, f"address {addr} of group {name} has no liveness entry")
         for topic, by_broker in self._topics.items():
             check(bool(by_broker), f"topic {topic} without queue data")
+        for name, (min_id, addr) in self._min_member.items():
+            group = self._groups.get(name)
+            check(group is not None and min(group.addrs) == min_id and group.addrs[min_id] == addr,
+                  f"stale min member {min_id}={addr} recorded for group {name}")

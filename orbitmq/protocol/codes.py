@@ -164,6 +164,9 @@ class RequestCode(IntEnum):
     AUTH_DELETE_ACL = 3008
     AUTH_GET_ACL = 3009
     AUTH_LIST_ACL = 3010
+    # OrbitMQ private, unused by RocketMQ: name server -> our SDK, oneway, ext {topic}: "refetch this route".
+    # Sent only to connections that asked GET_ROUTEINFO_BY_TOPIC with ext orbitWatch=true.
+    ORBIT_NOTIFY_ROUTE_CHANGED = 9901
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051
     PEEK_MESSAGE = 200052

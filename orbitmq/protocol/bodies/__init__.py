@@ -28,6 +28,7 @@ from orbitmq.protocol.bodies.heartbeat import (
     ProducerData,
     SubscriptionData,
 )
+from orbitmq.protocol.bodies.member_group import BrokerMemberGroup
 from orbitmq.protocol.bodies.register import (
     DataVersion,
     RegisterBrokerBody,
@@ -48,6 +49,7 @@ __all__ = [
     "CONSUME_TYPES",
     "MESSAGE_MODELS",
     "BrokerData",
+    "BrokerMemberGroup",
     "ClusterInfo",
     "ConnectionInfo",
     "ConsumeStats",
