@@ -1,4 +1,5 @@
-"""DataVersion (the (timestamp, counter) stamp of a metadata table) and the lenient load of metadata files.
+"""DataVersion (the (stateVersion, counter, timestamp) stamp of a metadata table) and the lenient load of metadata
+files.
 
 Files may come from a Java broker: fastjson writes unquoted integer map keys, which are accepted here.
 """
@@ -20,27 +21,41 @@ T = TypeVar("T")
 class DataVersion:
     counter: int = 0
     timestamp: int = field(default_factory=now_ms)
+    state_version: int = 0  # 5.x: the store's state-machine version (0 outside controller mode); JSON only if set
 
     def next_version(self, now: int | None = None) -> None:
         self.timestamp = now_ms() if now is None else now
         self.counter += 1
 
     def copy(self) -> DataVersion:
-        return DataVersion(self.counter, self.timestamp)
+        return DataVersion(self.counter, self.timestamp, self.state_version)
 
     def assign(self, other: DataVersion) -> None:
         self.counter = other.counter
         self.timestamp = other.timestamp
+        self.state_version = other.state_version
+
+    def order_key(self) -> tuple[int, int, int]:
+        """Java 5.x DataVersion.compare order: stateVersion, then counter, then timestamp."""
+        return (self.state_version, self.counter, self.timestamp)
+
+    def newer_than(self, other: DataVersion) -> bool:
+        return self.order_key() > other.order_key()
 
     def to_json_obj(self) -> dict[str, Any]:
-        return {"counter": self.counter, "timestamp": self.timestamp}
+        d: dict[str, Any] = {"counter": self.counter}
+        if self.state_version:
+            d["stateVersion"] = self.state_version
+        d["timestamp"] = self.timestamp
+        return d
 
     @classmethod
     def from_json_obj(cls, d: Any) -> DataVersion:
         if not isinstance(d, dict):
             return cls()
-        # 5.x adds "stateVersion"; counter may be written as a number or (rarely) a string.
-        return cls(counter=int(d.get("counter", 0) or 0), timestamp=int(d.get("timestamp", 0) or 0))
+        # counter may be written as a number or (rarely) a string.
+        return cls(counter=int(d.get("counter", 0) or 0), timestamp=int(d.get("timestamp", 0) or 0),
+                   state_version=int(d.get("stateVersion", 0) or 0))
 
 
 def loads_lenient(data: bytes) -> Any:

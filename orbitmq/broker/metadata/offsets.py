@@ -2,6 +2,9 @@
 
 Commits only touch memory (O(1)) and set a dirty flag; the app calls persist() periodically and at stop, which
 writes only when something changed. The file uses fastjson's form (unquoted int keys) and both forms load.
+The table carries a DataVersion (RIP-32, metadata/offset_versions.py): it advances every
+CONSUMER_OFFSET_VERSION_STEP changes and at each persist that writes changes; file and GET_ALL_CONSUMER_OFFSET
+body are {"dataVersion":{...},"offsetTable":{...}} (a 4.x file without dataVersion loads as the oldest version).
 """
 
 from __future__ import annotations
@@ -13,7 +16,15 @@ from typing import Any
 import orjson
 
 from orbitmq.base.fsio import atomic_write
-from orbitmq.broker.metadata.data_version import load_config_file
+from orbitmq.broker.metadata.data_version import DataVersion, load_config_file
+from orbitmq.broker.metadata.offset_versions import (
+    CONSUMER_OFFSET_VERSION_STEP,
+    VersionTracker,
+    merge_max_nested,
+    needs_restamp,
+    unversioned,
+    version_of,
+)
 
 SEPARATOR = "@"
 
@@ -25,9 +36,10 @@ def offset_key(topic: str, group: str) -> str:
 class ConsumerOffsetManager:
     FILE_NAME = "consumerOffset.json"
 
-    def __init__(self, config_dir: str) -> None:
+    def __init__(self, config_dir: str, version_step: int = CONSUMER_OFFSET_VERSION_STEP) -> None:
         self._path = os.path.join(config_dir, self.FILE_NAME)
         self._table: dict[str, dict[int, int]] = {}
+        self._versions = VersionTracker(version_step)
         self._dirty = False
         self._latest: bytes | None = None  # newest snapshot not yet on disk
         self._io_lock = threading.Lock()
@@ -40,16 +52,23 @@ class ConsumerOffsetManager:
     def dirty(self) -> bool:
         return self._dirty
 
+    @property
+    def data_version(self) -> DataVersion:
+        """The table's version (a live object: copy() it to keep a value)."""
+        return self._versions.version
+
     # ---- hot path --------------------------------------------------------------------------------------
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = topic + SEPARATOR + group
         queues = self._table.get(key)
         if queues is None:
             self._table[key] = {queue_id: offset}
-            self._dirty = True
         elif queues.get(queue_id) != offset:
             queues[queue_id] = offset
-            self._dirty = True
+        else:
+            return
+        self._dirty = True
+        self._versions.changed()
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         queues = self._table.get(topic + SEPARATOR + group)
@@ -91,6 +110,7 @@ class ConsumerOffsetManager:
         if self._table.pop(topic + SEPARATOR + group, None) is None:
             return False
         self._dirty = True
+        self._versions.changed()
         return True
 
     def _remove_where(self, pred: Any) -> bool:
@@ -99,22 +119,42 @@ class ConsumerOffsetManager:
             del self._table[k]
         if doomed:
             self._dirty = True
+            self._versions.changed(len(doomed))
         return bool(doomed)
 
     def replace_all(self, table: dict[str, dict[int, int]]) -> None:
-        """Slave sync: adopt the master's offsets (only marks dirty when they differ)."""
+        """Adopt a table wholesale (only marks dirty when it differs). Offsets may go down: replication uses
+        merge_from() instead."""
         if table != self._table:
             self._table = {k: dict(v) for k, v in table.items()}
             self._dirty = True
+            self._versions.changed()
+
+    def merge_from(self, table: dict[str, dict[int, int]], version: DataVersion | None) -> bool:
+        """Take in another copy of the table (the master's on a slave, a slave's on a pre-online master): per queue
+        the larger offset, so no offset ever moves backwards; the newer of the two versions. True if any offset
+        changed here."""
+        merged, changed = merge_max_nested(self._table, table)
+        if changed:
+            self._table = merged
+            self._dirty = True
+        adopted = version is not None and self._versions.adopt(version)
+        if adopted:
+            self._dirty = True  # the file must carry the adopted version
+        if needs_restamp(adopted, changed, self._table == table):
+            self._versions.changed()
+        return changed
 
     # ---- persistence -----------------------------------------------------------------------------------
     def encode(self) -> bytes:
-        """ConsumerOffsetSerializeWrapper in fastjson's form: {"offsetTable":{"T@G":{0:12,1:7}}}."""
+        """ConsumerOffsetSerializeWrapper in fastjson's form:
+        {"dataVersion":{"counter":3,"timestamp":1700000000000},"offsetTable":{"T@G":{0:12,1:7}}}."""
         parts: list[str] = []
         for key, queues in self._table.items():
             inner = ",".join(f"{q}:{o}" for q, o in queues.items())
             parts.append(orjson.dumps(key).decode() + ":{" + inner + "}")
-        return ('{"offsetTable":{' + ",".join(parts) + "}}").encode()
+        version = orjson.dumps(self._versions.version.to_json_obj()).decode()
+        return ('{"dataVersion":' + version + ',"offsetTable":{' + ",".join(parts) + "}}").encode()
 
     def snapshot_if_dirty(self) -> bytes | None:
         """Encoded table when something changed since the last snapshot (clears the dirty flag), else None.
@@ -124,6 +164,7 @@ class ConsumerOffsetManager:
         if not self._dirty:
             return None
         self._dirty = False
+        self._versions.settle()
         data = self.encode()
         self._latest = data
         return data
@@ -156,15 +197,21 @@ class ConsumerOffsetManager:
 
     def load(self) -> None:
         """Load consumerOffset.json (or .bak); ConfigError if both copies are corrupt."""
-        loaded = load_config_file(self._path, decode_offset_wrapper)
+        loaded = load_config_file(self._path, decode_offset_file)
         if loaded is not None:
-            self._table = loaded
+            self._table, version = loaded
+            self._versions.version.assign(version)
         self._dirty = False
 
 
 def _split(key: str) -> tuple[str, str]:
     t, _, g = key.partition(SEPARATOR)
     return t, g
+
+
+def decode_offset_file(obj: Any) -> tuple[dict[str, dict[int, int]], DataVersion]:
+    """consumerOffset.json (or a GET_ALL_CONSUMER_OFFSET body): the table and its version (4.x: the oldest)."""
+    return decode_offset_wrapper(obj), version_of(obj) or unversioned()
 
 
 def decode_offset_wrapper(obj: Any) -> dict[str, dict[int, int]]:

@@ -16,6 +16,7 @@ from orbitmq.protocol.bodies.heartbeat import (
     MESSAGE_MODELS,
     SubscriptionData,
 )
+from orbitmq.protocol.bodies.register import DataVersion
 
 
 def _mq(k: Any) -> MessageQueue:
@@ -280,12 +281,16 @@ class ResetOffsetBody(JsonBody):
 
 @dataclass(slots=True)
 class ConsumerOffsetSerializeWrapper(JsonBody):
-    """consumerOffset.json / GET_ALL_CONSUMER_OFFSET: {"offsetTable":{"topic@group":{0:12,1:7}}}."""
+    """consumerOffset.json / GET_ALL_CONSUMER_OFFSET: {"offsetTable":{"topic@group":{0:12,1:7}}}; 5.x adds
+    "dataVersion" (None when absent: a 4.x body)."""
 
     offset_table: dict[str, dict[int, int]] = field(default_factory=dict)
+    data_version: DataVersion | None = None
 
     def to_json_obj(self) -> dict[str, Any]:
-        return {"offsetTable": {k: dict(sorted(v.items())) for k, v in self.offset_table.items()}}
+        d: dict[str, Any] = {} if self.data_version is None else {"dataVersion": self.data_version.to_json_obj()}
+        d["offsetTable"] = {k: dict(sorted(v.items())) for k, v in self.offset_table.items()}
+        return d
 
     def to_json(self, standard: bool = False) -> bytes:
         return fastjson.dumps(self.to_json_obj(), standard=standard)
@@ -293,21 +298,31 @@ class ConsumerOffsetSerializeWrapper(JsonBody):
     @classmethod
     def from_json_obj(cls, d: dict[str, Any]) -> ConsumerOffsetSerializeWrapper:
         return cls({str(k): {as_int(q): as_int(o) for q, o in (v or {}).items()}
-                    for k, v in (d.get("offsetTable") or {}).items()})
+                    for k, v in (d.get("offsetTable") or {}).items()}, _data_version(d))
 
 
 @dataclass(slots=True)
 class DelayOffsetSerializeWrapper(JsonBody):
-    """delayOffset.json / GET_ALL_DELAY_OFFSET: {"offsetTable":{1:0,2:15}} keyed by delay level."""
+    """delayOffset.json / GET_ALL_DELAY_OFFSET: {"offsetTable":{1:0,2:15}} keyed by delay level; 5.x adds
+    "dataVersion" (None when absent: a 4.x body)."""
 
     offset_table: dict[int, int] = field(default_factory=dict)
+    data_version: DataVersion | None = None
 
     def to_json_obj(self) -> dict[str, Any]:
-        return {"offsetTable": dict(sorted(self.offset_table.items()))}
+        d: dict[str, Any] = {} if self.data_version is None else {"dataVersion": self.data_version.to_json_obj()}
+        d["offsetTable"] = dict(sorted(self.offset_table.items()))
+        return d
 
     def to_json(self, standard: bool = False) -> bytes:
         return fastjson.dumps(self.to_json_obj(), standard=standard)
 
     @classmethod
     def from_json_obj(cls, d: dict[str, Any]) -> DelayOffsetSerializeWrapper:
-        return cls({as_int(k): as_int(v) for k, v in (d.get("offsetTable") or {}).items()})
+        return cls({as_int(k): as_int(v) for k, v in (d.get("offsetTable") or {}).items()}, _data_version(d))
+
+
+def _data_version(d: dict[str, Any]) -> DataVersion | None:
+    """The optional 5.x "dataVersion" of an offset wrapper (C: RIP-32 pre-online)."""
+    raw = d.get("dataVersion")
+    return DataVersion.from_json_obj(raw) if isinstance(raw, dict) else None
