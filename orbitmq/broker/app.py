@@ -20,6 +20,7 @@ from orbitmq.base.errors import ConfigError
 from orbitmq.broker.client_registry import ClientRegistry
 from orbitmq.broker.config import BrokerConfig
 from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.escape import EscapeBridge, RemotingEscapeTransport
 from orbitmq.broker.handlers import consumer as consumer_handlers
 from orbitmq.broker.handlers import heartbeat as heartbeat_handlers
 from orbitmq.broker.handlers import pull as pull_handlers
@@ -31,7 +32,7 @@ from orbitmq.broker.registration import BrokerRegistration
 from orbitmq.broker.router import Router
 from orbitmq.broker.services import BrokerService, ServiceEnv, create_services
 from orbitmq.broker.stats import BrokerStats
-from orbitmq.protocol import RequestCode
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.remoting import RemotingClient, RemotingServer
 from orbitmq.store import MessageStore, StoreConfig, StoreInUseError
 
@@ -124,9 +125,13 @@ class Broker:
         offsets.load()
         clients = ClientRegistry(cfg.client_channel_max_idle_time_seconds * 1000, self.clock.now_ms)
         ctx = BrokerContext(cfg, store, topics, groups, offsets, clients, BrokerStats(), cfg.broker_addr)
-        self._client = RemotingClient(name="broker-outer")
-        self.registration = BrokerRegistration(lambda: ctx.config, topics, self._client)
+        self._client = RemotingClient(request_handler=self._on_outer_request, name="broker-outer")
+        self.registration = BrokerRegistration(lambda: ctx.config, topics, self._client,
+                                               lambda: _heartbeat_store_state(store))
         ctx.request_register = self.registration.request_soon
+        ctx.set_isolated = lambda flag: self._set_isolated(ctx, flag)
+        ctx.escape = EscapeBridge(lambda: ctx.config, lambda: ctx.acting_master, store.put_message,
+                                  RemotingEscapeTransport(self._client, lambda: ctx.config), self.clock.now_ms)
         topics.on_change = ctx.request_register
         self.notifier = heartbeat_handlers.ConsumerIdsNotifier(ctx)
         clients.on_consumer_ids_changed = self.notifier.on_change
@@ -150,6 +155,27 @@ class Broker:
         vip.add({c: h for c, h in table.items() if c != RequestCode.PULL_MESSAGE})
         self.ctx = ctx
         return ctx
+
+    def _set_isolated(self, ctx: BrokerContext, isolated: bool) -> None:
+        """Pre-online switch: no registration or heartbeat and no special services while isolated."""
+        was = ctx.isolated
+        ctx.isolated = isolated
+        assert self.registration is not None
+        self.registration.set_isolated(isolated)
+        if was and not isolated:
+            for listener in list(ctx.role_listeners):  # wake the special services
+                listener(ctx.acting_master)
+
+    def _on_outer_request(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+        """Requests a name server sends over the broker's outgoing connection (RIP-32: 905)."""
+        if cmd.code == RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE:
+            svc = self.ctx.services.get("acting_master") if self.ctx is not None else None
+            if svc is not None:
+                svc.on_notify(dict(cmd.ext_fields or {}))
+            return None if cmd.is_oneway else cmd.response()
+        if cmd.is_oneway:
+            return None
+        return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {cmd.code} not supported")
 
     def _on_connection_closed(self, conn: Any) -> None:
         if self.ctx is not None:
@@ -233,6 +259,8 @@ class Broker:
         assert self.registration is not None and self.pull is not None and self.pull.long_poll is not None
         if name == "registration":
             return self.registration.run_loop()
+        if name == "name server heartbeat":
+            return self.registration.run_heartbeat_loop()
         if name.startswith("service "):
             return self.ctx.services[name[len("service "):]].run()  # type: ignore[union-attr]
         cfg = self.config
@@ -244,6 +272,8 @@ class Broker:
         assert ctx is not None
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._guard("registration"))
+            if self.config.enable_slave_acting_master:
+                tg.create_task(self._guard("name server heartbeat"))
             tg.create_task(self._guard("long-poll checker"))
             for svc in self.services:
                 tg.create_task(self._guard(f"service {svc.name}"))
@@ -312,3 +342,9 @@ class Broker:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _heartbeat_store_state(store: MessageStore) -> dict[str, str]:
+    """What BROKER_HEARTBEAT (904) reports about the store."""
+    return {"epoch": str(store.master_epoch), "maxOffset": str(store.max_phys_offset),
+            "confirmOffset": str(store.confirm_offset)}

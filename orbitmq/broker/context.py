@@ -23,6 +23,10 @@ def _noop() -> None:
     return None
 
 
+def _noop_flag(flag: bool) -> None:
+    return None
+
+
 class SendHook(Protocol):
     """A broker feature that takes part in every send (transactions, timers, de-duplication, ...).
 
@@ -47,3 +51,15 @@ class BrokerContext:
     request_register: Callable[[], None] = _noop  # ask registration.py to re-register with every name server soon
     send_hooks: list[SendHook] = field(default_factory=list)  # broker services taking part in sends (in order)
     services: dict[str, Any] = field(default_factory=dict)  # broker services by name (services/__init__.py)
+    # RIP-32 (docs/design/acting-master.md)
+    acting_master: bool = False  # this slave acts as its group's master (set by services/acting_master.py)
+    isolated: bool = False  # pre-online: not registered; the special services wait (set through set_isolated)
+    role_listeners: list[Callable[[bool], None]] = field(default_factory=list)  # called with acting_master on change
+    set_isolated: Callable[[bool], None] = _noop_flag  # True: no registration/heartbeat (pre-online); app.py wires it
+    runtime_extras: list[Callable[[], dict[str, str]]] = field(default_factory=list)  # GET_BROKER_RUNTIME_INFO adds
+    escape: Any = None  # escape.EscapeBridge: where special services (delay, transaction, pop revive) write
+
+    def serves_as_master(self) -> bool:
+        """A master (not isolated), or a slave acting as its group's master: runs the special (scanning)
+        services and master-only operations."""
+        return not self.isolated and (not self.config.is_slave or self.acting_master)

@@ -1,6 +1,11 @@
 """Name-server registration: REGISTER_BROKER to every name server at start, every registerNameServerPeriod and
 right after topic changes (coalesced); UNREGISTER_BROKER at stop. Failures are logged and retried next period.
 
+RIP-32 (enableSlaveActingMaster): registration also carries heartbeatTimeoutMillis / enableActingMaster, and a
+lightweight heartbeat goes to every name server every brokerHeartbeatInterval: BROKER_HEARTBEAT (904, oneway), or
+QUERY_DATA_VERSION with compatibleWithOldNameSrv (a changed data version triggers a registration). While
+`isolated` (pre-online) neither registrations nor heartbeats are sent; leaving isolation registers at once.
+
 Talks to name servers through orbitmq.remoting + orbitmq.protocol only (never the client SDK).
 """
 
@@ -28,8 +33,12 @@ MIN_SPACING_MS = 100
 
 
 class BrokerRegistration:
-    def __init__(self, config_fn: Callable[[], BrokerConfig], topics: Any, client: RemotingClient) -> None:
+    def __init__(self, config_fn: Callable[[], BrokerConfig], topics: Any, client: RemotingClient,
+                 store_state: Callable[[], dict[str, str]] | None = None) -> None:
         self._config_fn = config_fn  # the broker's current config (ports are known only after bind)
+        self._store_state = store_state  # epoch / maxOffset / confirmOffset for BROKER_HEARTBEAT
+        self.isolated = False  # pre-online: no registration, no heartbeat
+        self.heartbeat_count = 0
         self._topics = topics
         self._client = client
         self._wake_pending = False
@@ -38,6 +47,13 @@ class BrokerRegistration:
         self.ha_master_addr: str | None = None
         self.success_count = 0
         self.failure_count = 0
+
+    def set_isolated(self, isolated: bool) -> None:
+        """Pre-online switch (BrokerContext.set_isolated). Leaving isolation registers at once."""
+        was = self.isolated
+        self.isolated = isolated
+        if was and not isolated:
+            self.request_soon()
 
     def request_soon(self) -> None:
         """Ask for a re-registration soon (topic table changed); coalesced with other requests."""
@@ -84,11 +100,14 @@ class BrokerRegistration:
         """One REGISTER_BROKER to every name server (concurrently); returns how many succeeded."""
         cfg = self._config_fn()
         addrs = cfg.namesrv_addrs
-        if not addrs:
+        if not addrs or self.isolated:
             return 0
         body = self.build_body()
         ext = self._header(cfg)
         ext["haServerAddr"] = cfg.ha_server_addr
+        if cfg.enable_slave_acting_master:
+            ext["heartbeatTimeoutMillis"] = str(cfg.broker_not_active_timeout_millis)
+            ext["enableActingMaster"] = "true"
         ext["compressed"] = "true" if cfg.compressed_register else "false"
         ext["bodyCrc32"] = str(zlib.crc32(body) & 0x7FFFFFFF)
         timeout = cfg.register_broker_timeout_mills
@@ -148,6 +167,57 @@ class BrokerRegistration:
             self._wake_pending = False  # changes made from here on trigger the next round
             last = loop.time()
             await self.register_all()
+
+
+    # ----- RIP-32 lightweight heartbeat -----
+    def heartbeat_header(self, cfg: BrokerConfig) -> dict[str, str]:
+        ext = self._header(cfg)
+        ext["heartbeatTimeoutMills"] = str(cfg.broker_not_active_timeout_millis)
+        if self._store_state is not None:
+            ext.update(self._store_state())
+        return ext
+
+    async def heartbeat_all(self) -> int:
+        """One heartbeat to every name server; returns how many were sent (or answered, in compatible mode)."""
+        cfg = self._config_fn()
+        if self.isolated or not cfg.namesrv_addrs:
+            return 0
+        timeout = cfg.send_heartbeat_timeout_millis
+        if cfg.compatible_with_old_name_srv:
+            results = await asyncio.gather(*(self._heartbeat_via_data_version(a, cfg, timeout)
+                                             for a in cfg.namesrv_addrs))
+        else:
+            results = await asyncio.gather(*(self._heartbeat_oneway(a, cfg) for a in cfg.namesrv_addrs))
+        sent = sum(1 for ok in results if ok)
+        self.heartbeat_count += sent
+        return sent
+
+    async def _heartbeat_oneway(self, addr: str, cfg: BrokerConfig) -> bool:
+        cmd = RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, self.heartbeat_header(cfg), oneway=True)
+        try:
+            await self._client.invoke_oneway(addr, cmd)
+            return True
+        except Exception as e:
+            log.debug("heartbeat to name server %s failed: %s", addr, e)
+            return False
+
+    async def _heartbeat_via_data_version(self, addr: str, cfg: BrokerConfig, timeout_ms: int) -> bool:
+        dv = self._topics.data_version
+        body = DataVersion(timestamp=dv.timestamp, counter=dv.counter).to_json()
+        cmd = RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, self._header(cfg), body)
+        try:
+            resp = await self._client.invoke(addr, cmd, timeout_ms)
+        except Exception as e:
+            log.debug("data-version heartbeat to name server %s failed: %s", addr, e)
+            return False
+        if resp.code != ResponseCode.SUCCESS or (resp.ext_fields or {}).get("changed") == "true":
+            self.request_soon()  # unknown to it, or its copy is stale: register in full
+        return resp.code == ResponseCode.SUCCESS
+
+    async def run_heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(max(self._config_fn().broker_heartbeat_interval, 50) / 1000)
+            await self.heartbeat_all()
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

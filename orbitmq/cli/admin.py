@@ -375,10 +375,28 @@ def _replication_lag(ri: dict[str, str], master_max: str | None) -> int | str:
     return int(lag) if lag is not None and lag.lstrip("-").isdigit() and int(lag) >= 0 else "-"
 
 
+CLUSTER_COLUMNS = ["cluster", "brokerName", "BID", "addr", "version", "inTPS", "outTPS", "putToday", "getToday",
+                   "role", "lagBytes", "actingMaster", "minBID"]
+
+
+def cluster_rows(members: list[tuple[str, str, int, str]], infos: list[dict[str, str]]) -> list[list[Any]]:
+    """One clusterList row per (cluster, brokerName, brokerId, addr) member and its runtime info ({} when it did
+    not answer). RIP-32 columns: actingMaster / minBID are the broker's `actingMaster` / `minBrokerId` keys
+    ("-" when the broker does not report them)."""
+    master_max = {m[1]: ri.get("commitLogMaxOffset") for m, ri in zip(members, infos, strict=True) if m[2] == 0}
+    return [[cluster, name, bid, addr, ri.get("brokerVersionDesc", "-"), _first_number(ri.get("putTps")),
+             _first_number(ri.get("getTransferedTps")),
+             _delta(ri, "msgPutTotalTodayNow", "msgPutTotalTodayMorning"),
+             _delta(ri, "msgGetTotalTodayNow", "msgGetTotalTodayMorning"),
+             ri.get("brokerRole", "-"), _replication_lag(ri, master_max.get(name)),
+             ri.get("actingMaster", "-"), ri.get("minBrokerId", "-")]
+            for (cluster, name, bid, addr), ri in zip(members, infos, strict=True)]
+
+
 @click.command("clusterList")
 @common_options
 def cluster_list(namesrv: str, json_mode: bool, timeout_ms: int) -> None:
-    """Every broker of every cluster, with version and throughput from its runtime info."""
+    """Every broker of every cluster: version, throughput, role, replication lag, RIP-32 acting-master state."""
     out = Output(json_mode)
 
     async def action(s: AdminSession) -> None:
@@ -395,15 +413,7 @@ def cluster_list(namesrv: str, json_mode: bool, timeout_ms: int) -> None:
                 return {}
 
         infos = await asyncio.gather(*(runtime(m[3]) for m in members))
-        master_max = {m[1]: ri.get("commitLogMaxOffset") for m, ri in zip(members, infos, strict=True) if m[2] == 0}
-        rows = [[cluster, name, bid, addr, ri.get("brokerVersionDesc", "-"), _first_number(ri.get("putTps")),
-                 _first_number(ri.get("getTransferedTps")),
-                 _delta(ri, "msgPutTotalTodayNow", "msgPutTotalTodayMorning"),
-                 _delta(ri, "msgGetTotalTodayNow", "msgGetTotalTodayMorning"),
-                 ri.get("brokerRole", "-"), _replication_lag(ri, master_max.get(name))]
-                for (cluster, name, bid, addr), ri in zip(members, infos, strict=True)]
-        out.table("clusters", ["cluster", "brokerName", "BID", "addr", "version", "inTPS", "outTPS", "putToday",
-                               "getToday", "role", "lagBytes"], rows,
+        out.table("clusters", CLUSTER_COLUMNS, cluster_rows(members, infos),
                   numeric=("BID", "inTPS", "outTPS", "putToday", "getToday", "lagBytes"))
 
     run_admin(namesrv, timeout_ms, action)

@@ -158,10 +158,23 @@ class HAClient:
         self.last_error = ""
         self.connects = 0
         self.stale_refusals = 0
+        self.connect_failed = False  # the last attempt could not open a connection at all
+        self._writer: asyncio.StreamWriter | None = None
+        self._kick: asyncio.Event | None = None
+
+    def reconnect_now(self) -> None:
+        """The master's HA address may have changed (EXCHANGE_BROKER_HA_INFO): drop the current session, skip the
+        backoff and resolve the master again at once."""
+        if self._writer is not None:
+            self._writer.close()
+        if self._kick is not None:
+            self._kick.set()
 
     async def run(self) -> None:
         backoff = self.config.reconnect_min_ms
+        self._kick = kick = asyncio.Event()
         while True:
+            kick.clear()
             addr = None
             try:
                 addr = await self.resolve_master()
@@ -177,13 +190,20 @@ class HAClient:
                     log.info("HA connection to %s ended: %r", addr, e)
                 finally:
                     self.connected = False
-            await asyncio.sleep(backoff / 1000)
+            if kick.is_set():
+                backoff = self.config.reconnect_min_ms
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(kick.wait(), backoff / 1000)
             backoff = min(backoff * 2, self.config.reconnect_max_ms)
 
     async def _session(self, addr: str) -> bool:
         """One connection; True if it carried data (resets the backoff)."""
         host, _, port = addr.rpartition(":")
+        self.connect_failed = True
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 3)
+        self.connect_failed = False
+        self._writer = writer
         self.connected = True
         self.connects += 1
         store = self.store
@@ -231,6 +251,7 @@ class HAClient:
                 store.replica.dispatch_complete()
                 await writer.drain()
         finally:
+            self._writer = None
             store.replica.dispatch_complete()
             writer.close()
             with contextlib.suppress(Exception):

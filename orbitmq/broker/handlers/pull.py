@@ -38,6 +38,11 @@ def tag_codes(expression: str | None) -> frozenset[int] | None:
     return frozenset(java_hash(t) for t in tags)
 
 
+# statuses meaning "this queue ends before the requested offset" (helper C: a slave that is behind)
+_SLAVE_BEHIND = frozenset({GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.NO_MESSAGE_IN_QUEUE,
+                           GetStatus.NO_MATCHED_LOGIC_QUEUE})
+
+
 def _status_code(status: GetStatus, queue_offset: int) -> int:
     if status is GetStatus.FOUND:
         return _OK
@@ -166,12 +171,24 @@ class PullProcessor:
             suggest = sgc.which_broker_when_consume_slowly if result.suggest_pull_from_slave else sgc.broker_id
         else:
             suggest = MASTER_ID
-        if cfg.is_slave:
+        # helper D (RIP-32, as Java 5): an acting slave serves pulls like a master. Any other slave without slave
+        # reads sends the client back to the master but still delivers what it found: answering PULL_RETRY with a
+        # nextBeginOffset past found messages made a client with a stale route (the slave had been acting) skip them.
+        if cfg.is_slave and not ctx.acting_master:
             if not cfg.slave_read_enable:
-                code = _RETRY_NOW
+                if code != _OK:
+                    code = _RETRY_NOW
                 suggest = MASTER_ID
             elif code == _MOVED:
                 code = _RETRY_NOW  # slaves do not correct offsets (offsetCheckInSlave=false)
+        # helper C (offsets never roll back): a slave, acting or not, whose queue ends before the consumer's offset
+        # is behind (its master died before it caught up); the consumer is right. Never move it back (Java's
+        # nextOffsetCorrection on a SLAVE keeps the offset): same offset, and "nothing new yet" where it reads.
+        next_begin = result.next_begin_offset
+        if cfg.is_slave and status in _SLAVE_BEHIND and code in (_MOVED, _RETRY_NOW):
+            next_begin = queue_offset
+            if code == _MOVED or cfg.slave_read_enable:
+                code = _NOT_FOUND
         if code == _OK:
             buffers = result.buffers
             body = b"".join(buffers)
@@ -186,7 +203,7 @@ class PullProcessor:
             response = req.response(code, status.value)
         response.ext_fields = {
             "suggestWhichBrokerId": str(suggest),
-            "nextBeginOffset": str(result.next_begin_offset),
+            "nextBeginOffset": str(next_begin),
             "minOffset": str(result.min_offset),
             "maxOffset": str(result.max_offset),
         }

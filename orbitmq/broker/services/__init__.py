@@ -50,12 +50,15 @@ class BrokerService(Protocol):
 # "module:function" of every service factory, in start order. Append one line per service.
 FACTORIES: list[str] = [
     "orbitmq.broker.services.dedup:create",  # first: sees every send before other hooks rewrite or answer it
+    "orbitmq.broker.services.acting_master:create",  # RIP-32 member group; before the services that listen to it
     "orbitmq.broker.services.delay:create",
     "orbitmq.broker.services.retry:create",
     "orbitmq.broker.services.transaction:create",
     "orbitmq.broker.services.pop:create",
     "orbitmq.broker.services.ha:create",  # replication: HA server/client, SYNC_MASTER waits, slave metadata sync
     "orbitmq.broker.services.timer:create",  # after transaction: half messages keep their own path
+    "orbitmq.broker.services.strict_lock:create",  # lockInStrictMode: LOCK/UNLOCK_BATCH_MQ by quorum (helper D)
+    "orbitmq.broker.services.preonline:create",  # LAST: a restarting master takes back its slaves' offsets (C)
 ]
 
 

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from orbitmq.base.fsio import atomic_write, read_with_backup
+from orbitmq.broker.metadata.offset_versions import DelayOffsetTable  # C: data version of the delay offsets
 from orbitmq.model.message import MessageExt
 from orbitmq.model.properties import Prop
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
-from orbitmq.store import MessageInner, PutStatus
+from orbitmq.store import MessageInner, PutResult, PutStatus
 from orbitmq.store.dispatch import DispatchRequest
 from orbitmq.store.layout import CQ_FILLER
 from orbitmq.store.schedule import SCHEDULE_TOPIC, corrected_due, parse_delay_levels
@@ -38,17 +39,19 @@ _STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.F
                      PutStatus.SLAVE_NOT_AVAILABLE})
 
 
+# ---- C (pre-online): offsets persistence with a data version; see metadata/offset_versions.py ----
 def encode_offsets(table: dict[int, int]) -> bytes:
-    """delayOffset.json in RocketMQ's fastjson form: {"offsetTable":{1:0,2:15}}."""
+    """delayOffset.json in RocketMQ's fastjson form: {"dataVersion":{..},"offsetTable":{1:0,2:15}} (no
+    dataVersion for a plain dict)."""
+    if isinstance(table, DelayOffsetTable):
+        return table.encode()
     return fastjson.dumps({"offsetTable": {int(k): int(v) for k, v in sorted(table.items())}})
 
 
-def decode_offsets(data: bytes) -> dict[int, int]:
-    obj = fastjson.loads(data)
-    table = obj.get("offsetTable") if isinstance(obj, dict) else None
-    if not isinstance(table, dict):
-        raise ValueError("no offsetTable")
-    return {int(k): int(v) for k, v in table.items()}
+def decode_offsets(data: bytes) -> DelayOffsetTable:
+    """A 5.x (with dataVersion) or 4.x delayOffset.json / GET_ALL_DELAY_OFFSET body; ValueError if unusable."""
+    return DelayOffsetTable.decode(data)
+# ---- end C ----
 
 
 def delivery_copy(msg: MessageExt) -> MessageInner | None:
@@ -77,7 +80,7 @@ class ScheduleService:
         self.clock = env.clock
         self.levels = parse_delay_levels(ctx.config.message_delay_level)
         self.path = os.path.join(env.config_dir, FILE_NAME)
-        self.offsets: dict[int, int] = {}  # level -> next schedule-queue offset to deliver
+        self.offsets: DelayOffsetTable = DelayOffsetTable()  # level -> next schedule-queue offset (C: versioned)
         self._wakes = [asyncio.Event() for _ in self.levels]
         self._persisted: dict[int, int] = {}
         self._listening = False
@@ -92,6 +95,9 @@ class ScheduleService:
         self._persisted = dict(self.offsets)
         if not self._listening:
             self.ctx.store.add_dispatch_listener(self._on_dispatch)
+            listeners = getattr(self.ctx, "role_listeners", None)  # absent on test doubles of the context
+            if listeners is not None:
+                listeners.append(self._on_role_change)
             self._listening = True
 
     async def run(self) -> None:
@@ -104,18 +110,18 @@ class ScheduleService:
         self.persist()
 
     # ---- persistence ----
-    def _load(self) -> dict[int, int]:
+    def _load(self) -> DelayOffsetTable:
         for data in read_with_backup(self.path):
             try:
                 return decode_offsets(data)
             except (ValueError, TypeError, AttributeError) as e:
                 log.warning("%s unreadable (%s); trying its backup", self.path, e)
-        return {}
+        return DelayOffsetTable()
 
     def persist(self) -> None:
         snap = dict(self.offsets)
         if snap != self._persisted:
-            atomic_write(self.path, encode_offsets(snap))
+            atomic_write(self.path, self.offsets.encode(settle=True))  # C: a persisted change advances the version
             self._persisted = snap
 
     async def _persist_loop(self) -> None:
@@ -123,10 +129,14 @@ class ScheduleService:
             await asyncio.sleep(PERSIST_INTERVAL_S)
             snap = dict(self.offsets)
             if snap != self._persisted:
-                await asyncio.to_thread(atomic_write, self.path, encode_offsets(snap))
+                await asyncio.to_thread(atomic_write, self.path, self.offsets.encode(settle=True))  # C: versioned
                 self._persisted = snap
 
     # ---- delivery ----
+    def _on_role_change(self, acting: bool) -> None:
+        for wake in self._wakes:
+            wake.set()
+
     def _on_dispatch(self, req: DispatchRequest) -> None:
         if req.topic == SCHEDULE_TOPIC and 0 <= req.queue_id < len(self._wakes):
             self._wakes[req.queue_id].set()
@@ -134,8 +144,13 @@ class ScheduleService:
     async def _level_loop(self, level: int) -> None:
         wake = self._wakes[level - 1]
         while True:
-            if self.ctx.config.is_slave:  # only a master delivers (a slave's copy follows through replication)
-                await asyncio.sleep(IDLE_RECHECK_S)
+            if not self.ctx.serves_as_master():  # a plain slave's copy follows through replication
+                wake.clear()
+                recheck = asyncio.get_running_loop().call_later(IDLE_RECHECK_S, wake.set)
+                try:
+                    await wake.wait()  # a role change (acting master) wakes every level at once
+                finally:
+                    recheck.cancel()
                 continue
             wake.clear()
             wait_ms = await self.deliver_due(level)
@@ -193,12 +208,20 @@ class ScheduleService:
             log.warning("delay level %d offset %d: message %s has no REAL_TOPIC; skipped", level, offset,
                         msg.msg_id)
             return True
-        result = await store.put_message(inner)
+        result = await self._put(inner)
         if result.status not in _STORED:
             log.warning("delay level %d: re-put of %s failed (%s); retrying", level, msg.msg_id, result.status)
             return False
         self.delivered += 1
         return True
+
+    async def _put(self, inner: MessageInner) -> PutResult:
+        """Through the escape bridge: the local store on a master, another group's master when acting."""
+        escape = getattr(self.ctx, "escape", None)
+        if escape is None:
+            return await self.ctx.store.put_message(inner)
+        result: PutResult = await escape.put(inner)
+        return result
 
     # ---- GET_ALL_DELAY_OFFSET (45) ----
     def _get_all_delay_offset(self, conn: Any, req: RemotingCommand) -> RemotingCommand:

@@ -2,9 +2,12 @@
 
 Master (ASYNC_MASTER / SYNC_MASTER): HA server on haListenPort, answers EXCHANGE_BROKER_HA_INFO (906) with its HA
 address; SYNC_MASTER puts wait for a slave (store.replica policy) and, with syncMasterConfirmVisibility, consumers
-see only replicated data. Slave: HA client (master found via haMasterAddress or the name servers + 906), metadata
-sync every slaveSyncInterval (topics, groups by data version; consumer and delay offsets merged so they never roll
-back), consumer offsets committed on the slave forwarded to the master. Both add role and lag to runtime info.
+see only replicated data. Slave: HA client (master found via haMasterAddress, a master's 906 push, or the name
+servers + 906), metadata sync every slaveSyncInterval and once before serving (topics, groups by data version;
+consumer and delay offsets merged so they never roll back, the newer data version kept), consumer offsets
+committed on the slave forwarded to the master. With enableSlaveActingMaster the master also forwards every
+committed consumer offset to its slaves, so a kill -9 of the master loses none (pre-online pulls them back).
+Both add role and lag to runtime info.
 """
 
 from __future__ import annotations
@@ -19,19 +22,26 @@ from typing import Any
 from orbitmq.base.errors import OrbitMQError
 from orbitmq.broker.context import BrokerContext
 from orbitmq.broker.handlers import admin as admin_handlers
-from orbitmq.broker.metadata.data_version import loads_lenient
+from orbitmq.broker.handlers import offsets as offset_handlers
+from orbitmq.broker.metadata.data_version import DataVersion, loads_lenient
 from orbitmq.broker.metadata.groups import decode_group_wrapper
+from orbitmq.broker.metadata.offset_versions import DelayOffsetTable, merge_max_nested
 from orbitmq.broker.metadata.topics import _decode_wrapper as decode_topic_wrapper
 from orbitmq.broker.services import ServiceEnv
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from orbitmq.protocol.bodies import ClusterInfo, ConsumerOffsetSerializeWrapper, KVTable
+from orbitmq.protocol.bodies import BrokerMemberGroup, ClusterInfo, ConsumerOffsetSerializeWrapper, KVTable
 from orbitmq.protocol.bodies.admin import DelayOffsetSerializeWrapper
+from orbitmq.protocol.bodies.register import DataVersion as WireDataVersion
 from orbitmq.replication import HAClient, HAMaster, HAServer, ReplicationConfig
 
 log = logging.getLogger(__name__)
 
 MASTER_ID = 0
 REQUEST_TIMEOUT_MS = 3000
+STARTUP_SYNC_TIMEOUT_S = 3.0  # slave: the sync from the master before serving is bounded by this
+MEMBER_REFRESH_S = 3.0  # master (acting-master mode): how often the group's slave addresses are re-read
+# ext field on a forwarded UPDATE_CONSUMER_OFFSET (master <-> slave): store it, do not forward it again
+FORWARDED = "orbitForwarded"
 
 
 class HAService:
@@ -51,7 +61,12 @@ class HAService:
         self.server: HAServer | None = None
         self.client: HAClient | None = None
         self.master_addr: str | None = None  # slave: the master's remoting address
+        self.pushed_master_ha: str | None = None  # slave: HA address pushed by a (pre-online) master's 906
+        self.slave_addrs: list[str] = []  # master: the group's other live members (offset forwarding)
         self.metadata_syncs = 0
+        self.forwarded_offsets = 0
+        self.forward_failures = 0
+        self._update_offset = offset_handlers.handlers(ctx)[RequestCode.UPDATE_CONSUMER_OFFSET]
         self._forwards: set[asyncio.Task[None]] = set()
         store = ctx.store
         if cfg.is_slave:
@@ -75,12 +90,16 @@ class HAService:
         out: dict[int, Callable[..., Any]] = {int(RequestCode.GET_BROKER_RUNTIME_INFO): self._runtime_info}
         if self.client is not None:
             out[int(RequestCode.UPDATE_CONSUMER_OFFSET)] = self._update_offset_on_slave
+            out[int(RequestCode.EXCHANGE_BROKER_HA_INFO)] = self._adopt_master_ha_info
         else:
             out[int(RequestCode.EXCHANGE_BROKER_HA_INFO)] = self._exchange_ha_info
+            if self.ctx.config.enable_slave_acting_master:
+                out[int(RequestCode.UPDATE_CONSUMER_OFFSET)] = self._update_offset_on_master
         return out
 
     async def start(self) -> None:
         if self.server is None:
+            await self._startup_sync()
             return
         await self.server.start()
         if self.server.port != self.ctx.config.ha_listen_port:  # port 0: registered address must be the real one
@@ -89,10 +108,20 @@ class HAService:
 
     async def run(self) -> None:
         if self.client is None:
+            if self.ctx.config.enable_slave_acting_master:
+                await self._run_member_refresh_loop()
             return
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.client.run(), name="ha client")
             tg.create_task(self._run_metadata_sync_loop(), name="ha metadata sync")
+
+    async def _startup_sync(self) -> None:
+        """Slave: one bounded metadata sync before the broker serves, so a restarted slave never answers with the
+        offsets of its last persist (older than the master's) — a restart must not look like a rollback."""
+        try:
+            await asyncio.wait_for(self.sync_metadata_once(), STARTUP_SYNC_TIMEOUT_S)
+        except (TimeoutError, OrbitMQError, ValueError, OSError) as e:
+            log.info("slave start: metadata sync from the master failed (%r); serving the local copy", e)
 
     async def stop(self) -> None:
         if self.server is not None:
@@ -109,7 +138,74 @@ class HAService:
             "masterFlushOffset": str(self.ctx.store.flushed_offset),
         })
 
+    # ---- master: forwarding consumer offsets to the slaves -----------------------------------------------
+    def _update_offset_on_master(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+        resp = self._update_offset(conn, cmd)
+        ext = cmd.ext_fields or {}
+        if ext.get(FORWARDED) != "true" and (resp is None or resp.code == ResponseCode.SUCCESS):
+            for addr in self.slave_addrs:
+                self._spawn_forward(addr, ext)
+        return resp
+
+    async def _run_member_refresh_loop(self) -> None:
+        while True:
+            try:
+                members = await self.group_members()
+            except (OrbitMQError, ValueError, TypeError, OSError) as e:
+                log.debug("member group refresh failed: %r", e)
+            else:
+                if members is not None:
+                    me = self.ctx.config.broker_addr
+                    self.slave_addrs = sorted(a for i, a in members.items() if i != MASTER_ID and a != me)
+            await asyncio.sleep(MEMBER_REFRESH_S)
+
+    async def group_members(self) -> dict[int, str] | None:
+        """The group's live members {brokerId: addr} from the first name server that answers: GET_BROKER_MEMBER_GROUP
+        (901), else the cluster info's entry (a name server without 901). None if no name server answered."""
+        cfg = self.ctx.config
+        client = self.env.client
+        for ns in cfg.namesrv_addrs:
+            header = {"clusterName": cfg.broker_cluster_name, "brokerName": cfg.broker_name}
+            try:
+                resp = await client.invoke(ns, RemotingCommand.request(RequestCode.GET_BROKER_MEMBER_GROUP, header),
+                                           REQUEST_TIMEOUT_MS)
+                if resp.code == ResponseCode.SUCCESS and resp.body:
+                    return dict(BrokerMemberGroup.from_json(resp.body).broker_addrs)
+                if resp.code == ResponseCode.SUCCESS:
+                    return {}
+                resp = await client.invoke(ns, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO),
+                                           REQUEST_TIMEOUT_MS)
+            except OrbitMQError as e:
+                log.debug("member group from %s failed: %r", ns, e)
+                continue
+            if resp.code != ResponseCode.SUCCESS or not resp.body:
+                continue
+            bd = ClusterInfo.from_json(resp.body).broker_addr_table.get(cfg.broker_name)
+            return dict(bd.broker_addrs) if bd is not None else {}
+        return None
+
     # ---- slave: finding the master -------------------------------------------------------------------
+    def _adopt_master_ha_info(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """906 on a slave. With masterHaAddress (a pre-online master announcing itself): follow that master now.
+        Without: answer what this slave knows (as Java does)."""
+        ext = cmd.ext_fields or {}
+        ha_addr = ext.get("masterHaAddress") or ""
+        if not ha_addr:
+            known = self.client.master_ha_addr if self.client is not None else None
+            return cmd.response(ext_fields={"masterHaAddress": known or "",
+                                            "masterAddress": self.master_addr or "",
+                                            "masterFlushOffset": "0"})
+        if self.ctx.config.ha_master_address:
+            log.info("906 from %s ignored: haMasterAddress is configured", conn.remote_addr if conn else "?")
+            return cmd.response()
+        self.pushed_master_ha = ha_addr
+        if ext.get("masterAddress"):
+            self.master_addr = ext["masterAddress"]
+        log.info("master %s announced HA address %s: reconnecting", self.master_addr, ha_addr)
+        if self.client is not None and (self.client.master_ha_addr != ha_addr or not self.client.connected):
+            self.client.reconnect_now()
+        return cmd.response()
+
     async def _find_master_addr(self) -> str | None:
         cfg = self.ctx.config
         client = self.env.client
@@ -132,6 +228,10 @@ class HAService:
         cfg = self.ctx.config
         if cfg.ha_master_address:
             return cfg.ha_master_address
+        if self.pushed_master_ha:  # announced by the master itself; dropped once it cannot be reached
+            if self.client is None or not self.client.connect_failed:
+                return self.pushed_master_ha
+            self.pushed_master_ha = None
         addr = await self._find_master_addr()
         self.master_addr = addr
         if addr is None:
@@ -169,13 +269,7 @@ class HAService:
             table, version = decode_topic_wrapper(loads_lenient(body))
             if version.to_json_obj() != ctx.topics.data_version.to_json_obj():
                 ctx.topics.replace_all(table, version)
-        body = await self._fetch(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
-        if body is not None:
-            ctx.offsets.replace_all(merge_offsets(ctx.offsets.table(), ConsumerOffsetSerializeWrapper.from_json(
-                body).offset_table))
-        body = await self._fetch(addr, RequestCode.GET_ALL_DELAY_OFFSET)
-        if body is not None:
-            self._adopt_delay_offsets(DelayOffsetSerializeWrapper.from_json(body).offset_table)
+        await self.pull_offsets(addr)
         body = await self._fetch(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         if body is not None:
             groups, version = decode_group_wrapper(loads_lenient(body))
@@ -184,15 +278,37 @@ class HAService:
         self.metadata_syncs += 1
         return True
 
-    def _adopt_delay_offsets(self, table: dict[int, int]) -> None:
+    async def pull_offsets(self, addr: str) -> tuple[bool, bool]:
+        """Fetch `addr`'s consumer and delay offset tables and merge them in (per queue the larger offset, the newer
+        data version). Used by a slave (from its master) and by a pre-online master (from its slaves). Returns
+        (consumer offsets fetched, delay offsets fetched)."""
+        got_consumer = got_delay = False
+        body = await self._fetch(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        if body is not None:
+            wrapper = ConsumerOffsetSerializeWrapper.from_json(body)
+            self.ctx.offsets.merge_from(wrapper.offset_table, _local_version(wrapper.data_version))
+            got_consumer = True
+        body = await self._fetch(addr, RequestCode.GET_ALL_DELAY_OFFSET)
+        if body is not None:
+            delay_wrapper = DelayOffsetSerializeWrapper.from_json(body)
+            self._adopt_delay_offsets(delay_wrapper.offset_table, _local_version(delay_wrapper.data_version))
+            got_delay = True
+        return got_consumer, got_delay
+
+    def _adopt_delay_offsets(self, table: dict[int, int], version: DataVersion | None) -> None:
         delay = self.ctx.services.get("delay")
         offsets = getattr(delay, "offsets", None)
-        if isinstance(offsets, dict):
+        if isinstance(offsets, DelayOffsetTable):
+            if not offsets.merge_from(table, version):
+                return
+        elif isinstance(offsets, dict):
             for level, off in table.items():
                 if off > offsets.get(level, -1):
                     offsets[level] = off
-            with contextlib.suppress(OSError):
-                delay.persist()  # type: ignore[union-attr]
+        else:
+            return
+        with contextlib.suppress(OSError):
+            delay.persist()  # type: ignore[union-attr]
 
     # ---- slave: consumer offsets ---------------------------------------------------------------------
     def _update_offset_on_slave(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -203,18 +319,23 @@ class HAService:
         except (KeyError, ValueError):
             return None if cmd.is_oneway else cmd.response(ResponseCode.SYSTEM_ERROR, "bad UPDATE_CONSUMER_OFFSET")
         self.ctx.offsets.commit(group, topic, queue_id, offset)
-        if self.master_addr:
-            task = asyncio.get_running_loop().create_task(self._forward_offset(self.master_addr, dict(ext)))
-            self._forwards.add(task)
-            task.add_done_callback(self._forwards.discard)
+        if self.master_addr and ext.get(FORWARDED) != "true":
+            self._spawn_forward(self.master_addr, ext)
         return None if cmd.is_oneway else cmd.response()
+
+    def _spawn_forward(self, addr: str, ext: dict[str, str]) -> None:
+        task = asyncio.get_running_loop().create_task(self._forward_offset(addr, {**ext, FORWARDED: "true"}))
+        self._forwards.add(task)
+        task.add_done_callback(self._forwards.discard)
 
     async def _forward_offset(self, addr: str, ext: dict[str, str]) -> None:
         cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext, oneway=True)
         try:
             await self.env.client.invoke_oneway(addr, cmd)
-        except OrbitMQError as e:
-            log.info("forwarding a consumer offset to the master %s failed: %r", addr, e)
+            self.forwarded_offsets += 1
+        except OrbitMQError as e:  # the peer is down: it syncs (slave) or pre-onlines (master) when back
+            self.forward_failures += 1
+            log.debug("forwarding a consumer offset to %s failed: %r", addr, e)
 
     # ---- runtime info ----------------------------------------------------------------------------------
     def ha_runtime(self) -> dict[str, str]:
@@ -230,6 +351,8 @@ class HAService:
                 "haConnectedSlaves": str(len(lags)),
                 "haSlaveLagBytes": str(max(known)) if known else "-1",
                 "haConfirmOffset": str(self.master.confirm_offset),
+                "haForwardedOffsets": str(self.forwarded_offsets),
+                "haForwardFailures": str(self.forward_failures),
             })
             out.update({f"haSlaveLag[{a}]": str(v) for a, v in lags.items()})
         elif self.client is not None:
@@ -241,24 +364,34 @@ class HAService:
                 "haStaleEpochRefusals": str(c.stale_refusals),
                 "haLastError": c.last_error,
                 "haMetadataSyncs": str(self.metadata_syncs),
+                "haForwardedOffsets": str(self.forwarded_offsets),
+                "haForwardFailures": str(self.forward_failures),
             })
+        out["consumerOffsetDataVersion"] = _version_text(self.ctx.offsets.data_version)
+        delay_offsets = getattr(self.ctx.services.get("delay"), "offsets", None)
+        if isinstance(delay_offsets, DelayOffsetTable):
+            out["delayOffsetDataVersion"] = _version_text(delay_offsets.data_version)
         return out
 
     def _runtime_info(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         table = admin_handlers.runtime_info(self.ctx, self.boot_ms)
         table.update(self.ha_runtime())
+        for extra in self.ctx.runtime_extras:  # RIP-32 (helper B): actingMaster, minBrokerId, ...
+            table.update(extra())
         return cmd.response(body=KVTable(table).to_json())
 
 
 def merge_offsets(local: dict[str, dict[int, int]], master: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:
     """The slave's view after a sync: per queue the larger offset, so a committed offset never rolls back."""
-    merged = {k: dict(v) for k, v in local.items()}
-    for key, queues in master.items():
-        mine = merged.setdefault(key, {})
-        for q, off in queues.items():
-            if off > mine.get(q, -1):
-                mine[q] = off
-    return merged
+    return merge_max_nested(local, master)[0]
+
+
+def _local_version(v: WireDataVersion | None) -> DataVersion | None:
+    return None if v is None else DataVersion(v.counter, v.timestamp, v.state_version)
+
+
+def _version_text(v: DataVersion) -> str:
+    return f"{v.state_version}/{v.counter}/{v.timestamp}"
 
 
 def create(ctx: BrokerContext, env: ServiceEnv) -> HAService | None:

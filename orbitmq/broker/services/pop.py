@@ -2,6 +2,11 @@
 per-group pop offsets (config/popOffset.json), CK/ack records in rmq_sys_REVIVE_LOG_<cluster> and the revive loop
 that re-puts unacked messages into %RETRY%<group> (or %DLQ%<group> past the group's retryMaxTimes).
 Pop offsets are reserved synchronously on the event loop, so concurrent pops never share a message.
+
+RIP-32: on a slave with enableSlaveActingMaster the service exists without request handlers; it follows the
+replicated revive topic and, while acting as master, revives expired CKs: retry messages go through the escape
+bridge, the "revived" acks stay local (memory + revive progress) and are handed to the master as ACK_MESSAGE once
+it is back, so it does not revive them again.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from orbitmq.base.errors import OrbitMQError
 from orbitmq.base.fsio import atomic_write, read_with_backup
 from orbitmq.broker.context import BrokerContext
 from orbitmq.broker.services import ServiceEnv
@@ -37,7 +43,7 @@ from orbitmq.model import Perm, Prop, decode_record, encode_properties, encode_r
 from orbitmq.model.record import pack_host_port
 from orbitmq.model.tags import java_hash
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_int, ext_str
-from orbitmq.store import GetStatus, MessageInner, PutStatus
+from orbitmq.store import GetStatus, MessageInner, PutResult, PutStatus
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +79,16 @@ class PopService:
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self.revived_count = 0
+        self.replica = ctx.config.is_slave  # a slave's store is a replica: CK/ack records are never written to it
+        self.pending_acks: list[tuple[PopCheckpoint, list[int]]] = []  # revived while acting, for the master
         self._path = os.path.join(env.config_dir, POP_OFFSET_FILE)
         ctx.topics.create_system_topic(self.revive_topic, REVIVE_QUEUE_NUMS, Perm.READ | Perm.WRITE)
         ctx.store.add_dispatch_listener(self._on_dispatch)
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
     def handlers(self) -> dict[int, Any]:
+        if self.replica:
+            return {}
         return {int(RequestCode.POP_MESSAGE): self.handle_pop, int(RequestCode.ACK_MESSAGE): self.handle_ack,
                 int(RequestCode.BATCH_ACK_MESSAGE): self.handle_batch_ack,
                 int(RequestCode.CHANGE_MESSAGE_INVISIBLETIME): self.handle_change_invisible_time,
@@ -465,6 +475,10 @@ class PopService:
     async def revive_once(self) -> None:
         """Read new revive records, revive expired CKs, then persist pop offsets and revive progress."""
         self._read_revive_log()
+        if not self.ctx.serves_as_master():  # a plain slave only follows the log; an isolated master waits
+            if self.replica:
+                await self.hand_off_acks()
+            return
         for ck in self.table.expired(self.clock.now_ms()):
             await self._revive(ck)
             self.table.retry_later(ck)  # still live only if re-putting failed
@@ -494,14 +508,56 @@ class PopService:
             if msg.queue_offset != off:
                 revived.append(off)
                 continue
-            if not await self._put_ok([self._retry_message(ck.group, msg)]):
+            if not await self._put_out(self._retry_message(ck.group, msg)):
                 log.warning("reviving %s/%d@%d failed; will retry", ck.topic, ck.queue_id, off)
                 break
             revived.append(off)
             self.revived_count += 1
-        if revived:  # marker so that a restart replaying this CK does not revive these offsets again
+        if revived and self.replica:  # acting: no record in the replica; the master gets ACK_MESSAGEs later
+            self.table.on_ack(ck.key, revived)
+            self.pending_acks.append((ck, revived))
+        elif revived:  # marker so that a restart replaying this CK does not revive these offsets again
             if await self._put_ok([self._record(ck.revive_qid, ACK_TAG, ack_json(ck.key, revived))]):
                 self.table.on_ack(ck.key, revived)
+
+    async def _put_out(self, msg: MessageInner) -> bool:
+        """A revived message: the own store on a master, another group's master (escape bridge) when acting."""
+        escape = self.ctx.escape
+        if escape is None:
+            return await self._put_ok([msg])
+        result: PutResult = await escape.put(msg)
+        return result.status is PutStatus.PUT_OK or result.status is PutStatus.FLUSH_DISK_TIMEOUT
+
+    async def hand_off_acks(self) -> int:
+        """A slave no longer acting: ACK_MESSAGE to the live master for every offset revived while acting."""
+        if not self.pending_acks:
+            return 0
+        am = self.ctx.services.get("acting_master")
+        master = am.state.master_addr() if am is not None else None
+        if not master:
+            return 0
+        done = 0
+        left: list[tuple[PopCheckpoint, list[int]]] = []
+        for ck, offsets in self.pending_acks:
+            rest = [off for off in offsets if not await self._send_ack(master, ck, off)]
+            done += len(offsets) - len(rest)
+            if rest:
+                left.append((ck, rest))
+        self.pending_acks = left
+        return done
+
+    async def _send_ack(self, addr: str, ck: PopCheckpoint, offset: int) -> bool:
+        retry = ck.topic.startswith(RETRY_PREFIX)
+        extra = encode_extra_info(ck.start_offset, ck.pop_time, ck.invisible_time, ck.revive_qid,
+                                  RETRY_FLAG_V1 if retry else RETRY_FLAG_NONE, ck.broker_name, ck.queue_id, offset)
+        ext = {"consumerGroup": ck.group, "topic": ck.topic, "queueId": str(ck.queue_id), "extraInfo": extra,
+               "offset": str(offset)}
+        try:
+            resp = await self.env.client.invoke(addr, RemotingCommand.request(RequestCode.ACK_MESSAGE, ext), 3000)
+        except OrbitMQError as e:
+            log.info("handing a revived pop offset to %s failed: %r", addr, e)
+            return False
+        return resp.code == ResponseCode.SUCCESS
 
     def _retry_message(self, group: str, msg: Any) -> MessageInner:
         """The next delivery of `msg`: %RETRY%<group> with reconsume times + 1, or %DLQ%<group> past the max."""
@@ -526,6 +582,6 @@ class PopService:
 
 
 def create(ctx: BrokerContext, env: ServiceEnv) -> PopService | None:
-    if ctx.config.is_slave:  # a slave's store is a replica: it must not write CK/ack records or revive
+    if ctx.config.is_slave and not ctx.config.enable_slave_acting_master:  # a replica: no CK/ack, no revive
         return None
     return PopService(ctx, env)

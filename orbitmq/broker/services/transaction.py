@@ -4,6 +4,11 @@ service sending CHECK_TRANSACTION_STATE for unresolved half messages, rolling ba
 
 Progress (half and op queue offsets of group CID_RMQ_SYS_TRANS) lives in the consumer offset table; the op set
 is rebuilt from the op queue at start. Bookkeeping rules: transaction_state.py (pure). Never imports client.
+
+RIP-32: on a slave acting as master the check service runs without writing to the replica (no re-appended copies:
+the original half is checked, check counts kept in memory), END_TRANSACTION works, a commit's real message goes
+through the escape bridge and the decision is recorded locally (transaction_acting.py), then handed to the master
+once it is back. docs/design/acting-master.md.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +30,7 @@ from orbitmq.broker.metadata.topics import (
     TRANS_OP_HALF_TOPIC,
 )
 from orbitmq.broker.services import ServiceEnv
+from orbitmq.broker.services.transaction_acting import HAND_OFF_FLAG, ActingOp, ActingOps
 from orbitmq.broker.services.transaction_state import TransactionState, check_threshold_ms, parse_op_body
 from orbitmq.model.enums import TRANSACTION_MASK, SysFlag
 from orbitmq.model.msg_id import UniqIdGenerator
@@ -86,12 +93,17 @@ class TransactionService:
         self._max_delay_level = len(ctx.config.message_delay_level.split())
         self.checks_sent = 0
         self.discarded = 0
+        self.acting_ops = ActingOps(os.path.join(env.config_dir, "transactionActingOps.json"))
+        self._acting_checks: dict[str, int] = {}  # UNIQ_KEY -> checks sent while acting (no re-appended copies)
+        self._hand_offs: set[asyncio.Task[int]] = set()
+        ctx.role_listeners.append(self._on_role_change)
 
     def handlers(self) -> dict[int, Callable[..., Any]]:
         return {int(RequestCode.END_TRANSACTION): self.end_transaction}
 
     # ----- lifecycle -----
     async def start(self) -> None:
+        self.acting_ops.load()
         store = self.ctx.store
         half = self.ctx.offsets.query(CHECK_GROUP, TRANS_HALF_TOPIC, 0)
         op = self.ctx.offsets.query(CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0)
@@ -109,8 +121,11 @@ class TransactionService:
         while True:
             await asyncio.sleep(max(self.ctx.config.transaction_check_interval, 10) / 1000)
             await self.check_once()
+            await self.hand_off_once()
 
     async def stop(self) -> None:
+        for task in list(self._hand_offs):
+            task.cancel()
         self._commit_progress()
 
     # ----- reading the system queues -----
@@ -156,7 +171,16 @@ class TransactionService:
 
     # ----- writes -----
     async def _put(self, msg: MessageInner) -> PutResult:
+        """Own store: half copies and op messages (a master only)."""
         return await self.ctx.store.put_message(msg)
+
+    async def _put_out(self, msg: MessageInner) -> PutResult:
+        """Messages leaving the transaction machinery (a commit's real message, a discarded half's copy): the
+        escape bridge, i.e. the own store on a master and another group's master when acting."""
+        if self.ctx.escape is None:
+            return await self._put(msg)
+        result: PutResult = await self.ctx.escape.put(msg)
+        return result
 
     def _op_message(self, half_offset: int, uniq: str) -> MessageInner:
         now = self.env.clock.now_ms()
@@ -189,8 +213,9 @@ class TransactionService:
             return None if req.is_oneway else req.response(code, remark)
 
         ctx = self.ctx
-        if ctx.config.is_slave:
+        if not ctx.serves_as_master():
             return reply(ResponseCode.SLAVE_NOT_AVAILABLE, "Store is not available in slave mode")
+        acting = ctx.config.is_slave
         ext = req.ext_fields or {}
         try:
             group = ext_str(ext, "producerGroup")
@@ -215,13 +240,17 @@ class TransactionService:
         if st.is_done(table_offset, uniq):
             return reply(ResponseCode.SUCCESS, "transaction already finished")
         st.mark_done(table_offset, uniq)  # before any await: a concurrent repeat or the checker sees it
-        if kind == SysFlag.TRANSACTION_COMMIT:
-            result = await self._put(self._real_message(half))
+        hand_off = ext.get(HAND_OFF_FLAG) == "true" and not acting  # decided (and delivered) by the acting slave
+        if kind == SysFlag.TRANSACTION_COMMIT and not hand_off:
+            result = await self._put_out(self._real_message(half))
             if result.status not in _STORED:
                 st.unmark(table_offset, uniq)
                 log.warning("commit of transaction %s failed to store: %s", uniq, result.status.name)
                 return reply(ResponseCode.SYSTEM_ERROR, f"commit store failed: {result.status.name}")
             ctx.stats.on_put(1, result.wrote_bytes)
+        if acting:  # no op message in the replica: recorded, handed to the master when it is back
+            self.acting_ops.record(ActingOp(table_offset, phys, group, uniq, kind))
+            return reply(ResponseCode.SUCCESS)
         op = await self._put(self._op_message(table_offset, uniq))
         if op.status not in _STORED:
             log.warning("op message for transaction %s failed to store: %s", uniq, op.status.name)
@@ -232,8 +261,10 @@ class TransactionService:
         """One scan of the half queue; returns the number of check requests sent."""
         ctx = self.ctx
         cfg = ctx.config
+        if not ctx.serves_as_master():  # a plain slave follows the master's op messages; isolated: later
+            return 0
         if cfg.is_slave:
-            return 0  # only a master checks; a slave's store follows the master's op messages
+            return await self.check_once_acting()
         store = ctx.store
         st = self.state
         self.read_ops()
@@ -265,6 +296,93 @@ class TransactionService:
         self._commit_progress()
         return sent
 
+    # ----- acting master (RIP-32) -----
+    async def check_once_acting(self) -> int:
+        """One scan on a slave acting as master: the replica is read-only, so unresolved half messages are checked
+        as they are (no re-appended copy), the check count lives in memory, a half past transactionCheckMax is
+        rolled back by a local record, and the scan progress only passes finished half messages."""
+        ctx = self.ctx
+        cfg = ctx.config
+        store = ctx.store
+        st = self.state
+        self.read_ops()
+        now = self.env.clock.now_ms()
+        end = store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0)
+        offset = max(st.half_offset, store.get_min_offset_in_queue(TRANS_HALF_TOPIC, 0))
+        sent = 0
+        prefix_done = True
+        for msg in self._iter_queue(TRANS_HALF_TOPIC, offset, end):
+            q = msg.queue_offset
+            uniq = _uniq(msg)
+            st.note_half(q, uniq)
+            if not st.is_done(q, uniq):
+                if now - msg.born_timestamp < check_threshold_ms(msg.properties, cfg.transaction_timeout):
+                    break
+                times = self._acting_checks.get(uniq)
+                if times is None:
+                    times = int(msg.properties.get(Prop.TRANSACTION_CHECK_TIMES, "0") or 0)
+                if times >= cfg.transaction_check_max:
+                    st.mark_done(q, uniq)
+                    self.acting_ops.record(ActingOp(q, msg.phys_offset, msg.properties.get(Prop.PGROUP, ""), uniq,
+                                                    SysFlag.TRANSACTION_ROLLBACK))
+                    self.discarded += 1
+                    log.info("transaction %s (half offset %d) rolled back by the acting master after %d checks",
+                             uniq, q, times)
+                else:
+                    self._acting_checks[uniq] = times + 1
+                    if self._send_check(msg, times + 1, q, msg.phys_offset, msg.store_timestamp,
+                                        msg.offset_msg_id):
+                        sent += 1
+            if prefix_done and st.is_done(q, uniq):
+                st.advance_half(q + 1)
+            else:
+                prefix_done = False
+        self._commit_progress()
+        return sent
+
+    def _on_role_change(self, acting: bool) -> None:
+        """Stepping down: hand the recorded decisions over at once (before the master's first check run)."""
+        if acting or not self.acting_ops.pending:
+            return
+        task = asyncio.get_running_loop().create_task(self.hand_off_once(), name="transaction hand-off")
+        self._hand_offs.add(task)
+        task.add_done_callback(self._hand_offs.discard)
+
+    async def hand_off_once(self) -> int:
+        """A slave no longer acting: hand the decisions it recorded to the live master."""
+        ctx = self.ctx
+        if not self.acting_ops.pending or not ctx.config.is_slave or ctx.acting_master:
+            return 0
+        am = ctx.services.get("acting_master")
+        master = am.state.master_addr() if am is not None else None
+        if not master:
+            return 0
+        done = await self.acting_ops.hand_off(self.env.client, master)
+        if done:
+            log.info("handed %d transaction decisions made while acting to the master %s", done, master)
+        return done
+
+    def _send_check(self, msg: Any, times: int, queue_offset: int, phys_offset: int, store_ts: int,
+                    offset_msg_id: str) -> bool:
+        """CHECK_TRANSACTION_STATE for the half `msg` to a live producer of its group; False if none."""
+        props = dict(msg.properties)
+        props[Prop.TRANSACTION_CHECK_TIMES] = str(times)
+        copy = MessageInner(TRANS_HALF_TOPIC, 0, msg.body, props, msg.flag, msg.sys_flag, msg.born_timestamp,
+                            msg.born_host, self.ctx.store_host, msg.reconsume_times, 0)
+        group = props.get(Prop.PGROUP, "")
+        channels = self.ctx.clients.producer_channels(group)
+        if not channels:
+            log.warning("check of transaction %s: no live producer of group %s", _uniq(msg), group)
+            return False
+        conn = channels[next(self._rr) % len(channels)]
+        try:
+            conn.invoke_oneway(self._check_request(copy, queue_offset, phys_offset, store_ts, offset_msg_id))
+            self.checks_sent += 1
+        except Exception as e:  # noqa: BLE001 - a closed channel: the next run asks again
+            log.warning("CHECK_TRANSACTION_STATE to %s failed: %s", getattr(conn, "remote_addr", "?"), e)
+            return False
+        return True
+
     async def _discard(self, msg: Any, uniq: str) -> None:
         """Check limit reached (or older than the retention): roll back, keep a copy in TRANS_CHECK_MAX_TIME_TOPIC."""
         st = self.state
@@ -289,21 +407,12 @@ class TransactionService:
             log.warning("re-append of half message %s failed: %s", uniq, result.status.name)
             return False
         self.state.note_half(result.queue_offset, uniq)
-        group = props.get(Prop.PGROUP, "")
-        channels = self.ctx.clients.producer_channels(group)
-        if not channels:
-            log.warning("check of transaction %s: no live producer of group %s", uniq, group)
-            return True
-        conn = channels[next(self._rr) % len(channels)]
-        cmd = self._check_request(copy, result)
-        try:
-            conn.invoke_oneway(cmd)
-            self.checks_sent += 1
-        except Exception as e:  # noqa: BLE001 - a closed channel: the next run asks again
-            log.warning("CHECK_TRANSACTION_STATE to %s failed: %s", getattr(conn, "remote_addr", "?"), e)
+        self._send_check(msg, times, result.queue_offset, result.phys_offset, result.store_timestamp,
+                         result.msg_ids[0] if result.msg_ids else "")
         return True
 
-    def _check_request(self, copy: MessageInner, result: PutResult) -> RemotingCommand:
+    def _check_request(self, copy: MessageInner, queue_offset: int, phys_offset: int, store_ts: int,
+                       offset_msg_id: str) -> RemotingCommand:
         props = copy.properties
         topic = props.get(Prop.REAL_TOPIC, copy.topic)
         queue_id = int(props.get(Prop.REAL_QID, "0") or 0)
@@ -311,12 +420,11 @@ class TransactionService:
             topic=topic.encode(), body=copy.body, properties=encode_properties(props).encode(), queue_id=queue_id,
             flag=copy.flag, sys_flag=copy.sys_flag, born_timestamp=copy.born_timestamp,
             born_host=pack_host_port(copy.born_host), store_host=pack_host_port(copy.store_host),
-            reconsume_times=copy.reconsume_times, queue_offset=result.queue_offset,
-            phys_offset=result.phys_offset, store_timestamp=result.store_timestamp)
+            reconsume_times=copy.reconsume_times, queue_offset=queue_offset,
+            phys_offset=phys_offset, store_timestamp=store_ts)
         uniq = props.get(Prop.UNIQ_KEY, "")
-        ext = {"tranStateTableOffset": str(result.queue_offset), "commitLogOffset": str(result.phys_offset),
-               "msgId": uniq, "transactionId": uniq, "offsetMsgId": result.msg_ids[0] if result.msg_ids else "",
-               "topic": topic}
+        ext = {"tranStateTableOffset": str(queue_offset), "commitLogOffset": str(phys_offset),
+               "msgId": uniq, "transactionId": uniq, "offsetMsgId": offset_msg_id, "topic": topic}
         return RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, ext, body, oneway=True)
 
 

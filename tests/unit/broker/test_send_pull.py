@@ -266,9 +266,17 @@ def test_suspend_flag_parks_the_request(ctx):
 def test_slave_without_slave_read_answers_retry_immediately(ctx):
     _fill(ctx, "TSL", ["A"])
     ctx.config = dataclasses.replace(ctx.config, broker_role="SLAVE", broker_id=1)
-    r = pull_mod.build(ctx).handle(FakeConn(), pull_req("TSL", 0, sys_flag=0x5, commit=1))
+    proc = pull_mod.build(ctx)
+    # edited by helper D (RIP-32, as Java 5): found messages are delivered (a retry answer carrying the next offset
+    # made clients skip them), the client is still sent back to the master; nothing found -> retry at once
+    r = proc.handle(FakeConn(), pull_req("TSL", 0, sys_flag=0x5, commit=1))
+    assert r.code == ResponseCode.SUCCESS and r.ext_fields["suggestWhichBrokerId"] == "0"
+    r = proc.handle(FakeConn(), pull_req("TSL", 1, sys_flag=0x5, commit=1))
     assert r.code == ResponseCode.PULL_RETRY_IMMEDIATELY and r.ext_fields["suggestWhichBrokerId"] == "0"
+    assert r.ext_fields["nextBeginOffset"] == "1"
     assert ctx.offsets.query("G", "TSL", 0) == -1
+    ctx.acting_master = True  # an acting slave answers like a master
+    assert proc.handle(FakeConn(), pull_req("TSL", 1, sys_flag=0x5, commit=1)).code == ResponseCode.PULL_NOT_FOUND
 
 
 # ---- client registry, heartbeat handler, stats (the state send/pull depend on) ----
