@@ -118,7 +118,7 @@ class BrokerConfig:
     send_heartbeat_timeout_millis: int = _opt(1000)
     sync_broker_member_group_period: int = _opt(1000)  # GET_BROKER_MEMBER_GROUP (901) poll period
     lock_in_strict_mode: bool = _opt(False)  # a queue lock needs a quorum of the replica group
-    # helper D (strict lock): replicas in this broker group, live or not; 0 = the largest group seen since start
+    # strict lock: replicas in this broker group, live or not; 0 = the largest group seen since start
     total_replicas: int = _opt(0)
     skip_pre_online: bool = _opt(False)  # a restarting master registers at once, without pre-online
     compatible_with_old_name_srv: bool = _opt(True)  # heartbeat as QUERY_DATA_VERSION, member group via route
@@ -195,7 +195,7 @@ class BrokerConfig:
         if self.register_name_server_period > 60000:
             raise ConfigError(f"registerNameServerPeriod: {self.register_name_server_period} must be <= 60000 "
                               "(name servers expire a broker after 120 s)")
-        if self.total_replicas < 0:  # helper D (strict lock)
+        if self.total_replicas < 0:
             raise ConfigError(f"totalReplicas: {self.total_replicas} must be >= 0 (0 = derive it)")
         if len(self.broker_name) > 127 or not self.broker_name:
             raise ConfigError(f"brokerName: {self.broker_name!r} must be 1..127 characters")

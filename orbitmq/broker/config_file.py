@@ -75,7 +75,7 @@ BROKER_KEYS: dict[str, str] = {
     "sendHeartbeatTimeoutMillis": "send_heartbeat_timeout_millis",
     "syncBrokerMemberGroupPeriod": "sync_broker_member_group_period",
     "lockInStrictMode": "lock_in_strict_mode",
-    "totalReplicas": "total_replicas",  # helper D (strict lock)
+    "totalReplicas": "total_replicas",
     "skipPreOnline": "skip_pre_online",
     "compatibleWithOldNameSrv": "compatible_with_old_name_srv",
     "syncMasterConfirmVisibility": "sync_master_confirm_visibility",

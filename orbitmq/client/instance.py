@@ -186,7 +186,7 @@ class ClientInstance:
             route = await self.fetch_route(topic)
             if route is not None and route.queue_datas:
                 self.routes.update(topic, route)
-                # helper D: a broker gone from every route is forgotten, so when it comes back (a restarted master,
+                # a broker gone from every route is forgotten, so when it comes back (a restarted master,
                 # which lost our registration) it is heartbeated at once instead of up to 30 s later
                 self._heartbeated &= self.routes.all_broker_addrs()
                 if route.all_addrs() - self._heartbeated:

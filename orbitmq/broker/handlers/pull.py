@@ -38,7 +38,7 @@ def tag_codes(expression: str | None) -> frozenset[int] | None:
     return frozenset(java_hash(t) for t in tags)
 
 
-# statuses meaning "this queue ends before the requested offset" (helper C: a slave that is behind)
+# statuses meaning "this queue ends before the requested offset" (a slave that is behind)
 _SLAVE_BEHIND = frozenset({GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.NO_MESSAGE_IN_QUEUE,
                            GetStatus.NO_MATCHED_LOGIC_QUEUE})
 
@@ -171,7 +171,7 @@ class PullProcessor:
             suggest = sgc.which_broker_when_consume_slowly if result.suggest_pull_from_slave else sgc.broker_id
         else:
             suggest = MASTER_ID
-        # helper D (RIP-32, as Java 5): an acting slave serves pulls like a master. Any other slave without slave
+        # RIP-32, as Java 5: an acting slave serves pulls like a master. Any other slave without slave
         # reads sends the client back to the master but still delivers what it found: answering PULL_RETRY with a
         # nextBeginOffset past found messages made a client with a stale route (the slave had been acting) skip them.
         if cfg.is_slave and not ctx.acting_master:
@@ -181,7 +181,7 @@ class PullProcessor:
                 suggest = MASTER_ID
             elif code == _MOVED:
                 code = _RETRY_NOW  # slaves do not correct offsets (offsetCheckInSlave=false)
-        # helper C (offsets never roll back): a slave, acting or not, whose queue ends before the consumer's offset
+        # offsets never roll back: a slave, acting or not, whose queue ends before the consumer's offset
         # is behind (its master died before it caught up); the consumer is right. Never move it back (Java's
         # nextOffsetCorrection on a SLAVE keeps the offset): same offset, and "nothing new yet" where it reads.
         next_begin = result.next_begin_offset

@@ -57,7 +57,7 @@ FACTORIES: list[str] = [
     "orbitmq.broker.services.pop:create",
     "orbitmq.broker.services.ha:create",  # replication: HA server/client, SYNC_MASTER waits, slave metadata sync
     "orbitmq.broker.services.timer:create",  # after transaction: half messages keep their own path
-    "orbitmq.broker.services.strict_lock:create",  # lockInStrictMode: LOCK/UNLOCK_BATCH_MQ by quorum (helper D)
+    "orbitmq.broker.services.strict_lock:create",  # lockInStrictMode: LOCK/UNLOCK_BATCH_MQ by quorum
     "orbitmq.broker.services.preonline:create",  # LAST: a restarting master takes back its slaves' offsets (C)
 ]
 

@@ -376,7 +376,7 @@ class HAService:
     def _runtime_info(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         table = admin_handlers.runtime_info(self.ctx, self.boot_ms)
         table.update(self.ha_runtime())
-        for extra in self.ctx.runtime_extras:  # RIP-32 (helper B): actingMaster, minBrokerId, ...
+        for extra in self.ctx.runtime_extras:  # RIP-32: actingMaster, minBrokerId, ...
             table.update(extra())
         return cmd.response(body=KVTable(table).to_json())
 

@@ -267,7 +267,7 @@ def test_slave_without_slave_read_answers_retry_immediately(ctx):
     _fill(ctx, "TSL", ["A"])
     ctx.config = dataclasses.replace(ctx.config, broker_role="SLAVE", broker_id=1)
     proc = pull_mod.build(ctx)
-    # edited by helper D (RIP-32, as Java 5): found messages are delivered (a retry answer carrying the next offset
+    # RIP-32, as Java 5: found messages are delivered (a retry answer carrying the next offset
     # made clients skip them), the client is still sent back to the master; nothing found -> retry at once
     r = proc.handle(FakeConn(), pull_req("TSL", 0, sys_flag=0x5, commit=1))
     assert r.code == ResponseCode.SUCCESS and r.ext_fields["suggestWhichBrokerId"] == "0"
