@@ -11,6 +11,8 @@
  *   decode_record_v4(buf, pos, check_crc, cls, host_memo)
  *                                    model/record.py decode_record's fast path (V1 magic, IPv4 hosts); returns
  *                                    None whenever the general Python decoder must decide (it raises the errors)
+ *   index_put(buf, entries_at, slot_num, n, key_hash, phys, store_ts, begin_ts, begin_phys, slot_count)
+ *                                    store/index_file.py index_put_py: entry n, its slot and the header in place
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -415,6 +417,70 @@ cleanup:
     return result;
 }
 
+/* ---- IndexFile put ------------------------------------------------------------------------------------ */
+#define INDEX_HEADER_SIZE 40
+#define INDEX_ENTRY_SIZE 20
+
+/* index_put(buf, entries_at, slot_num, n, key_hash, phys_offset, store_timestamp, begin_ts, begin_phys,
+ *           slot_count) -> prev (the entry number the new entry chains to, 0 for none) */
+static PyObject *sp_index_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "index_put() takes 10 positional arguments (%zd given)", nargs);
+        return NULL;
+    }
+    int64_t entries_at, slot_num, n, key_hash, phys, store_ts, begin_ts, begin_phys, slot_count;
+    if (as_i64(args[1], &entries_at) < 0 || as_i64(args[2], &slot_num) < 0 || as_i64(args[3], &n) < 0 ||
+        as_i64(args[4], &key_hash) < 0 || as_i64(args[5], &phys) < 0 || as_i64(args[6], &store_ts) < 0 ||
+        as_i64(args[7], &begin_ts) < 0 || as_i64(args[8], &begin_phys) < 0 || as_i64(args[9], &slot_count) < 0)
+        return NULL;
+    if (slot_num <= 0) {
+        PyErr_SetString(PyExc_ZeroDivisionError, "slot_num must be positive");
+        return NULL;
+    }
+    if (key_hash < INT32_MIN || key_hash > INT32_MAX || n < INT32_MIN || n >= INT32_MAX ||
+        slot_count < INT32_MIN || slot_count >= INT32_MAX) {
+        PyErr_SetString(struct_error, "'i' format requires -2147483648 <= number <= 2147483647");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) return NULL;
+    int64_t slot = key_hash % slot_num;
+    if (slot < 0) slot += slot_num; /* Python's modulo */
+    int64_t slot_pos = INDEX_HEADER_SIZE + slot * 4;
+    int64_t entry_pos = entries_at + n * INDEX_ENTRY_SIZE;
+    if (view.len < INDEX_HEADER_SIZE || slot_pos < 0 || slot_pos > view.len - 4 || entry_pos < 0 ||
+        entry_pos > view.len - INDEX_ENTRY_SIZE) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(struct_error, "index_put out of the buffer");
+        return NULL;
+    }
+    unsigned char *b = (unsigned char *)view.buf;
+    int32_t prev = (int32_t)get32(b + slot_pos);
+    if (prev <= 0 || prev >= n) prev = 0;
+    int64_t delta, diff;
+    if (__builtin_sub_overflow(store_ts, begin_ts, &delta))
+        diff = store_ts > begin_ts ? INT32_MAX : 0;
+    else {
+        diff = delta / 1000 - ((delta % 1000) < 0); /* floor division */
+        if (diff < 0) diff = 0;
+        else if (diff > INT32_MAX) diff = INT32_MAX;
+    }
+    unsigned char *e = b + entry_pos;
+    put32(e, (uint32_t)key_hash);
+    put64(e + 4, (uint64_t)phys);
+    put32(e + 12, (uint32_t)diff);
+    put32(e + 16, (uint32_t)prev);
+    put32(b + slot_pos, (uint32_t)n);
+    put64(b, (uint64_t)begin_ts);
+    put64(b + 8, (uint64_t)store_ts);
+    put64(b + 16, (uint64_t)begin_phys);
+    put64(b + 24, (uint64_t)phys);
+    put32(b + 32, (uint32_t)(slot_count + (prev == 0)));
+    put32(b + 36, (uint32_t)(n + 1));
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(prev);
+}
+
 static PyMethodDef methods[] = {
     {"crc32", sp_crc32, METH_O, "zlib.crc32(data) (unsigned)."},
     {"java_hash", sp_java_hash, METH_O, "Java String.hashCode over UTF-16 code units, signed 32-bit."},
@@ -423,6 +489,8 @@ static PyMethodDef methods[] = {
      "Write one V1 stored record at buf[pos:]; returns its size."},
     {"decode_record_v4", (PyCFunction)(void (*)(void))sp_decode_record_v4, METH_FASTCALL,
      "Decode the common record (V1 magic, IPv4 hosts) or return None."},
+    {"index_put", (PyCFunction)(void (*)(void))sp_index_put, METH_FASTCALL,
+     "IndexFile put: entry, slot and header written in place; returns prev."},
     {NULL, NULL, 0, NULL},
 };
 

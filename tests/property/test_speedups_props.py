@@ -164,3 +164,34 @@ def test_encode_record_into_rejects_what_struct_rejects() -> None:
         encode_record_into_py(*args)
     with pytest.raises(TypeError):
         native.encode_record_into(*args[:5])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    slot_num=st.integers(1, 64),
+    index_num=st.integers(1, 64),
+    n=st.integers(0, 70),
+    key_hash=_i32,
+    phys=_i64,
+    times=st.tuples(_i64, _i64),
+    begin_phys=_i64,
+    slot_count=st.integers(0, 2**31 - 2),
+    prefill=st.binary(min_size=0, max_size=4),
+    as_view=st.booleans(),
+)
+def test_index_put_twins(slot_num, index_num, n, key_hash, phys, times, begin_phys, slot_count, prefill,
+                         as_view) -> None:
+    from orbitmq.store.index_file import index_file_size, index_put_py
+
+    size = index_file_size(slot_num, index_num)
+    entries_at = 40 + slot_num * 4
+    base = bytearray(size)
+    if prefill:  # a slot that already points somewhere (a chain head, or junk)
+        slot_pos = 40 + (key_hash % slot_num) * 4
+        base[slot_pos : slot_pos + len(prefill)] = prefill[: size - slot_pos]
+    bufs = [bytearray(base), bytearray(base)]
+    targets = [memoryview(b) for b in bufs] if as_view else bufs
+    store_ts, begin_ts = times
+    args = (entries_at, slot_num, n, key_hash, phys, store_ts, begin_ts, begin_phys, slot_count)
+    assert _outcome(native.index_put, targets[0], *args) == _outcome(index_put_py, targets[1], *args)
+    assert bufs[0] == bufs[1]
