@@ -4,6 +4,7 @@
     .venv/bin/python bench/micro/native_ops.py                 # CPU µs per op, native vs ORBITMQ_PURE_PYTHON=1
     .venv/bin/python bench/micro/native_ops.py --callgrind     # instructions per op (valgrind, slow: ~2 min)
     .venv/bin/python bench/micro/native_ops.py --run OP N      # one op N times (what the two modes above spawn)
+    NATIVE_OPS_WARMUP=20000 ...                                # more warm-up runs (default 300)
 
 The send ops run the broker's in-process path for one request: frame decode → SendProcessor.dispatch (header
 checks, CommitLog append, CQ + index dispatch) → response frame encode, ASYNC_FLUSH, 1 KiB bodies.
@@ -21,15 +22,15 @@ import tempfile
 import time
 from collections.abc import Callable
 
-OPS = ["java_hash", "decode_properties", "encode_record", "decode_record", "store_put", "send_single",
-       "send_batch32"]
-PER_OP_MESSAGES = {"send_batch32": 32}
-WARMUP = 300
+OPS = ["java_hash", "decode_properties", "encode_record", "decode_record", "decode_pull32", "store_put",
+       "send_single", "send_batch32"]
+PER_OP_MESSAGES = {"send_batch32": 32, "decode_pull32": 32}
+WARMUP = int(os.environ.get("NATIVE_OPS_WARMUP", "300"))
 
 
 def _codec_op(name: str) -> Callable[[], object]:
     from orbitmq.model.properties import decode_properties, encode_properties
-    from orbitmq.model.record import decode_record, encode_record_into, pack_host_port
+    from orbitmq.model.record import decode_record, encode_record_into, iter_records, pack_host_port
     from orbitmq.model.tags import java_hash
 
     props = {"UNIQ_KEY": "7F0000010F3A18B4AAC27E4D3C5A0000", "WAIT": "true", "TAGS": "TagA", "CLUSTER": "C"}
@@ -49,6 +50,9 @@ def _codec_op(name: str) -> Callable[[], object]:
         return lambda: encode_record_into(buf, 0, tb, body, pb, 1, 0, 0, 1, born, store, 0, 0, 7, 4096, 2, None)
     if name == "decode_record":
         return lambda: decode_record(rec, 0)
+    if name == "decode_pull32":  # the SDK consumer: one pull body of 32 records
+        body32 = rec * 32
+        return lambda: list(iter_records(body32))
     raise ValueError(name)
 
 

@@ -11,6 +11,8 @@
  *   decode_record_v4(buf, pos, check_crc, cls, host_memo)
  *                                    model/record.py decode_record's fast path (V1 magic, IPv4 hosts); returns
  *                                    None whenever the general Python decoder must decide (it raises the errors)
+ *   decode_records_v4(buf, pos, cls, host_memo)
+ *                                    model/record.py iter_records: consecutive common records, (list, next pos)
  *   index_put(buf, entries_at, slot_num, n, key_hash, phys, store_ts, begin_ts, begin_phys, slot_count)
  *                                    store/index_file.py index_put_py: entry n, its slot and the header in place
  */
@@ -305,25 +307,9 @@ done:
  * None = "not the common case or not well-formed": the caller's general decoder decides (and raises). Hosts are
  * looked up in host_memo (raw 8 bytes -> "ip:port"); an unknown host also returns None (the general path fills the
  * memo). */
-static PyObject *sp_decode_record_v4(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
-        PyErr_Format(PyExc_TypeError, "decode_record_v4() takes 5 positional arguments (%zd given)", nargs);
-        return NULL;
-    }
-    Py_buffer view;
-    Py_ssize_t pos = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
-    if (pos == -1 && PyErr_Occurred()) return NULL;
-    int check_crc = PyObject_IsTrue(args[2]);
-    if (check_crc < 0) return NULL;
-    PyObject *cls = args[3], *memo = args[4];
-    if (!PyDict_Check(memo)) {
-        PyErr_SetString(PyExc_TypeError, "host_memo must be a dict");
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+static PyObject *decode_v4(const unsigned char *b, Py_ssize_t len, Py_ssize_t pos, int check_crc, PyObject *cls,
+                           PyObject *memo) {
     PyObject *result = NULL, *f[16] = {NULL};
-    const unsigned char *b = (const unsigned char *)view.buf;
-    Py_ssize_t len = view.len;
     if (pos < 0 || pos > len || len - pos < 88) goto fallback;
     const unsigned char *r = b + pos;
     int32_t total = (int32_t)get32(r);
@@ -413,8 +399,70 @@ error:
     result = NULL;
 cleanup:
     for (int i = 0; i < 16; i++) Py_XDECREF(f[i]);
-    PyBuffer_Release(&view);
     return result;
+}
+
+static int decode_args(PyObject *const *args, int check_at, int *check_crc, PyObject *memo) {
+    *check_crc = PyObject_IsTrue(args[check_at]);
+    if (*check_crc < 0) return -1;
+    if (!PyDict_Check(memo)) {
+        PyErr_SetString(PyExc_TypeError, "host_memo must be a dict");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *sp_decode_record_v4(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "decode_record_v4() takes 5 positional arguments (%zd given)", nargs);
+        return NULL;
+    }
+    int check_crc;
+    Py_ssize_t pos = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if ((pos == -1 && PyErr_Occurred()) || decode_args(args, 2, &check_crc, args[4]) < 0) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *r = decode_v4((const unsigned char *)view.buf, view.len, pos, check_crc, args[3], args[4]);
+    PyBuffer_Release(&view);
+    return r;
+}
+
+/* decode_records_v4(buf, pos, cls, host_memo) -> (list of cls, next pos): consecutive common records from pos
+ * while at least 8 bytes remain, stopping at the first one decode_record_v4 would hand to the general decoder
+ * (the caller decodes that one in Python, then may call again). */
+static PyObject *sp_decode_records_v4(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "decode_records_v4() takes 4 positional arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t pos = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    if (!PyDict_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "host_memo must be a dict");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = PyList_New(0);
+    const unsigned char *b = (const unsigned char *)view.buf;
+    while (out != NULL && pos >= 0 && pos + 8 <= view.len) {
+        PyObject *m = decode_v4(b, view.len, pos, 0, args[2], args[3]);
+        if (m == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        if (m == Py_None) {
+            Py_DECREF(m);
+            break;
+        }
+        pos += (Py_ssize_t)(int32_t)get32(b + pos); /* total size: checked by decode_v4 (>= 48, inside buf) */
+        if (PyList_Append(out, m) < 0) Py_CLEAR(out);
+        Py_DECREF(m);
+    }
+    PyBuffer_Release(&view);
+    if (out == NULL) return NULL;
+    PyObject *res = Py_BuildValue("(Nn)", out, pos);
+    return res;
 }
 
 /* ---- IndexFile put ------------------------------------------------------------------------------------ */
@@ -487,6 +535,8 @@ static PyMethodDef methods[] = {
     {"decode_properties", sp_decode_properties, METH_O, "Lenient decode of a message properties string."},
     {"encode_record_into", (PyCFunction)(void (*)(void))sp_encode_record_into, METH_FASTCALL,
      "Write one V1 stored record at buf[pos:]; returns its size."},
+    {"decode_records_v4", (PyCFunction)(void (*)(void))sp_decode_records_v4, METH_FASTCALL,
+     "Decode consecutive common records from pos; returns (list, next pos)."},
     {"decode_record_v4", (PyCFunction)(void (*)(void))sp_decode_record_v4, METH_FASTCALL,
      "Decode the common record (V1 magic, IPv4 hosts) or return None."},
     {"index_put", (PyCFunction)(void (*)(void))sp_index_put, METH_FASTCALL,

@@ -328,24 +328,41 @@ def _decode_record_general(buf: bytes | bytearray | memoryview, pos: int, check_
     )
 
 
-_native = speedups()
-if _native is None:
-    encode_record_into = encode_record_into_py
-    decode_record = decode_record_py
-else:
-    encode_record_into = _native.encode_record_into
-    _decode_v4 = _native.decode_record_v4
-    decode_record = decode_record_native
-
-
-def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[MessageExt]:
-    """Decode concatenated records (a pull or query response body)."""
+def iter_records_py(buf: bytes | bytearray | memoryview) -> Iterator[MessageExt]:
+    """Decode concatenated records (a pull or query response body). Pure-Python twin."""
     pos = 0
     end = len(buf)
     while pos + 8 <= end:
         msg = decode_record(buf, pos)
         pos += msg.store_size
         yield msg
+
+
+def iter_records_native(buf: bytes | bytearray | memoryview) -> Iterator[MessageExt]:
+    """iter_records_py with runs of common records decoded in one native call; any other record (and every error)
+    goes through the Python decoder, in the same order."""
+    pos = 0
+    end = len(buf)
+    while pos + 8 <= end:
+        msgs, pos = _decode_many(buf, pos, MessageExt, _HOST_TEXT)
+        yield from msgs
+        if pos + 8 <= end:
+            msg = decode_record_py(buf, pos)
+            pos += msg.store_size
+            yield msg
+
+
+_native = speedups()
+if _native is None:
+    encode_record_into = encode_record_into_py
+    decode_record = decode_record_py
+    iter_records = iter_records_py
+else:
+    encode_record_into = _native.encode_record_into
+    _decode_v4 = _native.decode_record_v4
+    _decode_many = _native.decode_records_v4
+    decode_record = decode_record_native
+    iter_records = iter_records_native
 
 
 def read_properties_text(buf: bytes | bytearray | memoryview, pos: int = 0) -> str:

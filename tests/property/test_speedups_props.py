@@ -195,3 +195,44 @@ def test_index_put_twins(slot_num, index_num, n, key_hash, phys, times, begin_ph
     args = (entries_at, slot_num, n, key_hash, phys, store_ts, begin_ts, begin_phys, slot_count)
     assert _outcome(native.index_put, targets[0], *args) == _outcome(index_put_py, targets[1], *args)
     assert bufs[0] == bufs[1]
+
+
+@st.composite
+def _record_stream(draw) -> bytes:
+    """Several records back to back (IPv4 and IPv6 hosts), sometimes damaged or cut, as a pull body."""
+    raw = bytearray()
+    for _ in range(draw(st.integers(0, 5))):
+        rec, _n = _records(draw)
+        raw += rec
+    if raw and draw(st.booleans()):
+        i = draw(st.integers(0, len(raw) - 1))
+        raw[i] = draw(st.integers(0, 255))
+    if draw(st.booleans()):
+        raw = raw[: draw(st.integers(0, len(raw)))]
+    return bytes(raw)
+
+
+def _drain(it):
+    out = []
+    try:
+        for m in it:
+            out.append(m)
+    except CorruptionError as e:
+        out.append(("corrupt", str(e)))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=_record_stream(), cold_memo=st.booleans())
+def test_iter_records_twins(body, cold_memo) -> None:
+    if cold_memo:
+        record_mod._HOST_TEXT.clear()
+    saved = record_mod.decode_properties, record_mod.decode_record
+    record_mod.decode_properties, record_mod.decode_record = decode_properties_py, decode_record_py
+    try:
+        want = _drain(record_mod.iter_records_py(body))
+        got = _drain(record_mod.iter_records_native(body))
+    finally:
+        record_mod.decode_properties, record_mod.decode_record = saved
+    event(f"{len(want)} items, error={bool(want) and isinstance(want[-1], tuple)}")
+    assert got == want

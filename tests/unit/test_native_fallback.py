@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+import orbitmq.base
 from orbitmq.base import native
 
 
@@ -20,6 +21,7 @@ def test_speedups_is_none_when_disabled(monkeypatch) -> None:
 
 def test_speedups_is_none_when_not_built(monkeypatch) -> None:
     monkeypatch.delenv("ORBITMQ_PURE_PYTHON", raising=False)
+    monkeypatch.delattr(orbitmq.base, "_speedups", raising=False)  # as if it had never been imported
     monkeypatch.setitem(sys.modules, "orbitmq.base._speedups", None)  # import now raises ImportError
     assert native.speedups() is None
 
@@ -32,6 +34,7 @@ _PROBE = textwrap.dedent("""
     assert properties.decode_properties is properties.decode_properties_py
     assert record.encode_record_into is record.encode_record_into_py
     assert record.decode_record is record.decode_record_py
+    assert record.iter_records is record.iter_records_py
     with tempfile.TemporaryDirectory() as d:
         store = MessageStore(StoreConfig(d, mapped_file_size_commitlog=1 << 20, mapped_file_size_consume_queue=6000,
                                          max_hash_slot_num=100, max_index_num=400, max_message_size=64 * 1024))
