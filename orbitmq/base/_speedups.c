@@ -554,5 +554,13 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     struct_error = PyObject_GetAttrString(st, "error");
     Py_DECREF(st);
     if (struct_error == NULL) return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    /* native.py loads the module only when this matches its API_VERSION: a stale build from an older source
+     * (an editable install not rebuilt) is ignored instead of missing functions. Bump it with every change of a
+     * function's contract or the set of functions. */
+    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 1) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

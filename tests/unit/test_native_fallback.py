@@ -26,6 +26,20 @@ def test_speedups_is_none_when_not_built(monkeypatch) -> None:
     assert native.speedups() is None
 
 
+def test_stale_build_is_ignored(monkeypatch) -> None:
+    class Stale:
+        API_VERSION = native.API_VERSION - 1
+
+    monkeypatch.delenv("ORBITMQ_PURE_PYTHON", raising=False)
+    monkeypatch.setattr(orbitmq.base, "_speedups", Stale, raising=False)
+    assert native.speedups() is None
+
+
+def test_built_extension_matches_the_loader() -> None:
+    ext = pytest.importorskip("orbitmq.base._speedups")
+    assert ext.API_VERSION == native.API_VERSION  # else the build is silently unused: rebuild with pip install -e .
+
+
 _PROBE = textwrap.dedent("""
     import asyncio, tempfile
     from orbitmq.model import properties, record, tags
