@@ -19,6 +19,22 @@ from orbitmq.model.tags import java_hash_py
 
 native = pytest.importorskip("orbitmq.base._speedups")
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _native_bound():
+    """decode_record_native / iter_records_native call the extension through module globals that record.py binds
+    only when it uses the extension: bind them here too, so the twins are compared under ORBITMQ_PURE_PYTHON=1."""
+    names = {"_decode_v4": native.decode_record_v4, "_decode_many": native.decode_records_v4}
+    saved = {k: getattr(record_mod, k) for k in names if hasattr(record_mod, k)}
+    for k, v in names.items():
+        setattr(record_mod, k, v)
+    yield
+    for k in names:
+        if k in saved:
+            setattr(record_mod, k, saved[k])
+        else:
+            delattr(record_mod, k)
+
 _HOSTS = [("127.0.0.1", 1), ("10.1.2.3", 65535), ("::1", 10911), ("fe80::1", 7), ("192.168.7.9", 0)]
 _i32 = st.integers(-(2**31), 2**31 - 1)
 _i64 = st.integers(-(2**63), 2**63 - 1)
