@@ -2,17 +2,18 @@
  *
  * Every function here has a pure-Python twin in the tree that is the reference; the Python modules import this
  * extension when it was built and fall back silently otherwise. tests/property/test_speedups_props.py feeds the
- * same generated inputs to both and requires identical results.
+ * same generated inputs to both and requires identical results. API_VERSION (module init) must match
+ * orbitmq/base/native.py's.
  *
  *   crc32(data)                      zlib.crc32(data) (slicing-by-8 table, no zlib headers needed)
- *   java_hash(s)                     model/tags.py java_hash: Java String.hashCode over UTF-16 code units
- *   decode_properties(text)          model/properties.py decode_properties
- *   encode_record_into(buf, pos, ...) model/record.py encode_record_into: one stored record written in place
+ *   java_hash(s)                     model/tags.py java_hash_py: Java String.hashCode over UTF-16 code units
+ *   decode_properties(text)          model/properties.py decode_properties_py
+ *   encode_record_into(buf, pos, ...) model/record.py encode_record_into_py: one stored record written in place
  *   decode_record_v4(buf, pos, check_crc, cls, host_memo)
- *                                    model/record.py decode_record's fast path (V1 magic, IPv4 hosts); returns
+ *                                    model/record.py decode_record_py's fast path (V1 magic, IPv4 hosts); returns
  *                                    None whenever the general Python decoder must decide (it raises the errors)
  *   decode_records_v4(buf, pos, cls, host_memo)
- *                                    model/record.py iter_records: consecutive common records, (list, next pos)
+ *                                    model/record.py iter_records_py: consecutive common records, (list, next pos)
  *   index_put(buf, entries_at, slot_num, n, key_hash, phys, store_ts, begin_ts, begin_phys, slot_count)
  *                                    store/index_file.py index_put_py: entry n, its slot and the header in place
  */
