@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from orbitmq.base.native import speedups
+
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 MAX_PROPERTIES_SIZE = 32767
@@ -47,8 +49,8 @@ def encode_properties(props: dict[str, str] | None) -> str:
         )
 
 
-def decode_properties(text: str | None) -> dict[str, str]:
-    """Lenient decode (as Java): skip segments without a key, a value, or a separator."""
+def decode_properties_py(text: str | None) -> dict[str, str]:
+    """Lenient decode (as Java): skip segments without a key, a value, or a separator (pure-Python twin)."""
     out: dict[str, str] = {}
     if not text:
         return out
@@ -57,3 +59,7 @@ def decode_properties(text: str | None) -> dict[str, str]:
         if i > 0 and i < len(seg) - 1:
             out[seg[:i]] = seg[i + 1 :]
     return out
+
+
+_native = speedups()
+decode_properties = decode_properties_py if _native is None else _native.decode_properties

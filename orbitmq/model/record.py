@@ -29,6 +29,7 @@ import zlib
 from collections.abc import Iterator
 
 from orbitmq.base.errors import CorruptionError
+from orbitmq.base.native import speedups
 from orbitmq.model.message import MessageExt
 from orbitmq.model.properties import decode_properties
 
@@ -156,6 +157,41 @@ def encode_record(
     )
 
 
+def encode_record_into_py(
+    buf: bytearray | memoryview,
+    pos: int,
+    topic: bytes,
+    body: bytes,
+    properties: bytes,
+    queue_id: int,
+    flag: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    store_host: bytes,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    queue_offset: int,
+    phys_offset: int,
+    store_timestamp: int,
+    crc: int | None,
+) -> int:
+    """Write the record encode_record() builds at buf[pos:] (the CommitLog append: every field final, CRC of
+    the body when `crc` is None); returns its size. ValueError if it does not fit (the buffer is never resized).
+    Pure-Python twin of the native encode_record_into (positional arguments, same order)."""
+    rec = encode_record(
+        topic=topic, body=body, properties=properties, queue_id=queue_id, flag=flag, sys_flag=sys_flag,
+        born_timestamp=born_timestamp, born_host=born_host, store_host=store_host, reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset, queue_offset=queue_offset,
+        phys_offset=phys_offset, store_timestamp=store_timestamp, crc=crc,
+    )
+    n = len(rec)
+    if pos < 0 or pos > len(buf) or n > len(buf) - pos:
+        raise ValueError(f"record of {n} bytes does not fit the buffer at {pos}")
+    buf[pos : pos + n] = rec
+    return n
+
+
 def store_timestamp_position(sys_flag: int) -> int:
     return POS_BORN_HOST + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
 
@@ -179,8 +215,8 @@ _V6_FLAGS = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG
 _host_text = _HOST_TEXT.get
 
 
-def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False) -> MessageExt:
-    """Decode the record at `pos`. Raises CorruptionError if it is not a well-formed record."""
+def decode_record_py(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False) -> MessageExt:
+    """Decode the record at `pos`. Raises CorruptionError if it is not a well-formed record (pure Python)."""
     try:
         (total, magic, crc, queue_id, flag, queue_offset, phys_offset, sys_flag, born_ts, born_raw, store_ts,
          store_raw, reconsume, prepared, body_len) = _HEAD_V4.unpack_from(buf, pos)
@@ -214,6 +250,13 @@ def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_cr
                     except UnicodeDecodeError:
                         pass  # the general path raises the CorruptionError
     return _decode_record_general(buf, pos, check_crc)
+
+
+def decode_record_native(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False) -> MessageExt:
+    """decode_record_py with the common case (V1, IPv4 hosts already memoized, well-formed) decoded in C; anything
+    else, including every error, goes through the Python decoder."""
+    msg = _decode_v4(buf, pos, check_crc, MessageExt, _HOST_TEXT)
+    return decode_record_py(buf, pos, check_crc=check_crc) if msg is None else msg
 
 
 def _decode_record_general(buf: bytes | bytearray | memoryview, pos: int, check_crc: bool) -> MessageExt:
@@ -285,14 +328,41 @@ def _decode_record_general(buf: bytes | bytearray | memoryview, pos: int, check_
     )
 
 
-def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[MessageExt]:
-    """Decode concatenated records (a pull or query response body)."""
+def iter_records_py(buf: bytes | bytearray | memoryview) -> Iterator[MessageExt]:
+    """Decode concatenated records (a pull or query response body). Pure-Python twin."""
     pos = 0
     end = len(buf)
     while pos + 8 <= end:
         msg = decode_record(buf, pos)
         pos += msg.store_size
         yield msg
+
+
+def iter_records_native(buf: bytes | bytearray | memoryview) -> Iterator[MessageExt]:
+    """iter_records_py with runs of common records decoded in one native call; any other record (and every error)
+    goes through the Python decoder, in the same order."""
+    pos = 0
+    end = len(buf)
+    while pos + 8 <= end:
+        msgs, pos = _decode_many(buf, pos, MessageExt, _HOST_TEXT)
+        yield from msgs
+        if pos + 8 <= end:
+            msg = decode_record_py(buf, pos)
+            pos += msg.store_size
+            yield msg
+
+
+_native = speedups()
+if _native is None:
+    encode_record_into = encode_record_into_py
+    decode_record = decode_record_py
+    iter_records = iter_records_py
+else:
+    encode_record_into = _native.encode_record_into
+    _decode_v4 = _native.decode_record_v4
+    _decode_many = _native.decode_records_v4
+    decode_record = decode_record_native
+    iter_records = iter_records_native
 
 
 def read_properties_text(buf: bytes | bytearray | memoryview, pos: int = 0) -> str:

@@ -6,6 +6,8 @@ import struct
 from functools import lru_cache
 from operator import mul
 
+from orbitmq.base.native import speedups
+
 _POW_LEN = 512
 _WEIGHTS: dict[int, tuple[int, ...]] = {}  # n -> (31**(n-1), ..., 31, 1) mod 2**32, built on first use
 
@@ -15,8 +17,8 @@ def _weights(n: int) -> tuple[int, ...]:
     return w
 
 
-def java_hash(s: str) -> int:
-    """Java String.hashCode over UTF-16 code units, signed 32-bit."""
+def java_hash_py(s: str) -> int:
+    """Java String.hashCode over UTF-16 code units, signed 32-bit (pure-Python twin of the native one)."""
     if s.isascii():
         units: bytes | tuple[int, ...] = s.encode("ascii")
     else:
@@ -31,6 +33,10 @@ def java_hash(s: str) -> int:
         for u in units:
             h = (31 * h + u) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
+
+
+_native = speedups()
+java_hash = java_hash_py if _native is None else _native.java_hash
 
 
 @lru_cache(maxsize=65536)

@@ -20,9 +20,9 @@ from orbitmq.model.properties import MAX_PROPERTIES_SIZE, Prop, encode_propertie
 from orbitmq.model.record import (
     BORNHOST_V6_FLAG,
     STOREHOST_V6_FLAG,
-    encode_record,
+    encode_record_into,
     pack_host_port,
-    patch_record,
+    record_size,
 )
 from orbitmq.model.tags import tag_code
 from orbitmq.store.config import StoreConfig
@@ -40,6 +40,8 @@ _PREPARED = 0x4
 _ROLLBACK = 0xC
 _MAGIC_BYTES = struct.pack(">i", -626843481)
 _HOST_CACHE_MAX = 4096
+_NOT_V6 = ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+_Parts = tuple[bytes, bytes, bytes, bytes, int]  # topic, properties (UTF-8), born host, store host, record size
 
 
 @dataclass(slots=True)
@@ -87,7 +89,8 @@ class CommitLog:
             self._hosts[host_port] = raw
         return raw
 
-    def _encode(self, msg: MessageInner) -> bytes | PutStatus:
+    def _encode(self, msg: MessageInner) -> _Parts | PutStatus:
+        """The checked, encoded variable parts of one record (written later, in place, at its final offset)."""
         topic = msg.topic.encode("utf-8")
         if not topic or len(topic) > 127:
             return PutStatus.MESSAGE_ILLEGAL
@@ -101,15 +104,10 @@ class CommitLog:
             store = self._host(msg.store_host)
         except ValueError:
             return PutStatus.MESSAGE_ILLEGAL
-        sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
-        rec = encode_record(
-            topic=topic, body=msg.body, properties=props, queue_id=msg.queue_id, flag=msg.flag, sys_flag=sys_flag,
-            born_timestamp=msg.born_timestamp, born_host=born, store_host=store,
-            reconsume_times=msg.reconsume_times, prepared_transaction_offset=msg.prepared_transaction_offset,
-        )
-        if len(rec) > self._max_record:
+        size = record_size(len(msg.body), len(topic), len(props), len(born), len(store))
+        if size > self._max_record:
             return PutStatus.MESSAGE_ILLEGAL
-        return rec
+        return topic, props, born, store, size
 
     def _writable_segment(self, need: int) -> Segment:
         """The segment that will take `need` bytes, writing the blank filler and rolling when needed."""
@@ -129,13 +127,14 @@ class CommitLog:
 
     def append(self, msgs: list[MessageInner]) -> Appended:
         """Append one message or one batch (all records land in one segment, consecutive queue offsets)."""
-        encoded: list[bytes] = []
+        encoded: list[_Parts] = []
+        total = 0
         for m in msgs:
-            rec = self._encode(m)
-            if isinstance(rec, PutStatus):
-                return Appended(PutResult(rec), -1, [])
-            encoded.append(rec)
-        total = sum(len(r) for r in encoded)
+            parts = self._encode(m)
+            if isinstance(parts, PutStatus):
+                return Appended(PutResult(parts), -1, [])
+            encoded.append(parts)
+            total += parts[4]
         if total + BLANK_SIZE > self.segments.segment_size:
             return Appended(PutResult(PutStatus.MESSAGE_ILLEGAL), -1, [])
         seg = self._writable_segment(total)
@@ -149,20 +148,24 @@ class CommitLog:
         requests: list[DispatchRequest] = []
         msg_ids: list[str] = []
         first_queue_offset = -1
-        for m, rec in zip(msgs, encoded, strict=True):
-            n = len(rec)
+        for i, (m, (topic, props_b, born, store, _size)) in enumerate(zip(msgs, encoded, strict=True)):
             phys = seg.start_offset + pos
             key = f"{m.topic}-{m.queue_id}"
             tx = m.sys_flag & TRANSACTION_MASK
-            if tx == _PREPARED or tx == _ROLLBACK:
-                queue_offset = 0
-            else:
-                queue_offset = table.get(key, 0)
+            counted = tx != _PREPARED and tx != _ROLLBACK
+            queue_offset = table.get(key, 0) if counted else 0
+            try:
+                n = encode_record_into(
+                    buf, pos, topic, m.body, props_b, m.queue_id, m.flag, m.sys_flag & _NOT_V6, m.born_timestamp,
+                    born, store, m.reconsume_times, m.prepared_transaction_offset, queue_offset, phys, store_ts, None,
+                )
+            except (struct.error, OverflowError, ValueError, TypeError):  # a header field out of its Java range
+                self._undo_queue_offsets(msgs[:i])
+                return Appended(PutResult(PutStatus.MESSAGE_ILLEGAL), -1, [])
+            if counted:
                 table[key] = queue_offset + 1
             if first_queue_offset < 0:
                 first_queue_offset = queue_offset
-            buf[pos : pos + n] = rec
-            patch_record(buf, pos, queue_offset, phys, store_ts)
             props = m.properties
             requests.append(DispatchRequest(
                 m.topic, m.queue_id, phys, n,
@@ -170,12 +173,21 @@ class CommitLog:
                 else delivery_time(props, store_ts, self.config.message_delay_level), store_ts, queue_offset,
                 props.get(Prop.KEYS), props.get(Prop.UNIQ_KEY), m.sys_flag, m.prepared_transaction_offset, props,
             ))
-            msg_ids.append((self._host(m.store_host) + _Q.pack(phys)).hex().upper())
+            msg_ids.append((store + _Q.pack(phys)).hex().upper())
             pos += n
         seg.backing.mark_written(start_pos, pos)
         seg.wrote_position = pos
         result = PutResult(PutStatus.PUT_OK, first_phys, total, msg_ids, first_queue_offset, len(msgs), store_ts)
         return Appended(result, seg.start_offset + pos, requests)
+
+    def _undo_queue_offsets(self, msgs: list[MessageInner]) -> None:
+        """Give back the queue offsets taken by the already-written part of a refused batch (nothing of it is
+        visible: wrote_position has not moved)."""
+        table = self.topic_queue_table
+        for m in msgs:
+            tx = m.sys_flag & TRANSACTION_MASK
+            if tx != _PREPARED and tx != _ROLLBACK:
+                table[f"{m.topic}-{m.queue_id}"] -= 1
 
     # ---- read ----------------------------------------------------------------------------------------
     def read(self, phys_offset: int, size: int) -> memoryview | None:

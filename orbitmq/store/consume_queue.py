@@ -8,7 +8,7 @@ handed a callable). All file I/O goes through the injected Disk. Why the rules: 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from orbitmq.base import marks
 from orbitmq.base.errors import ConfigError, CorruptionError
@@ -115,13 +115,20 @@ class ConsumeQueue:
 
         Filler entries (size == FILLER_SIZE) are returned as they are: they keep offsets aligned.
         """
+        it = self.read_iter(offset, max_entries)
+        return [] if it is None else list(it)
+
+    def read_iter(self, offset: int, max_entries: int) -> Iterator[Entry] | None:
+        """read() as a lazy iterator (entries unpacked as they are consumed: a pull scans a window of up to 800
+        entries but usually stops after 32), or None when read() would return []. Consume it before the queue
+        can be truncated or its segment closed (it holds a view of the segment)."""
         pos = offset * _E
         if pos < self._min_bytes or pos >= self._end_bytes or max_entries <= 0:
-            return []
+            return None
         segs = self._segs
         first = segs[0].start
         if pos < first:
-            return []
+            return None
         seg = segs[(pos - first) // self._seg_size]
         rel = pos - seg.start
         end = self._end_bytes - seg.start
@@ -130,7 +137,9 @@ class ConsumeQueue:
         want = rel + max_entries * _E
         if want < end:
             end = want
-        return list(_iter_unpack(seg.buf[rel:end]))
+        if end <= rel:
+            return None
+        return _iter_unpack(seg.buf[rel:end])
 
     def entry(self, offset: int) -> Entry | None:
         """The entry at one queue offset, None outside [min_offset, max_offset)."""

@@ -16,6 +16,7 @@ from datetime import datetime
 
 from orbitmq.base import marks
 from orbitmq.base.errors import ConfigError, CorruptionError
+from orbitmq.base.native import speedups
 from orbitmq.model.tags import index_key_hash
 from orbitmq.store.disk import Backing, Disk
 from orbitmq.store.dispatch import DispatchRequest
@@ -49,6 +50,29 @@ def index_file_name(timestamp_ms: int) -> str:
 
 def index_file_size(max_hash_slot_num: int, max_index_num: int) -> int:
     return INDEX_HEADER_SIZE + max_hash_slot_num * INDEX_SLOT_SIZE + max_index_num * INDEX_ENTRY_SIZE
+
+
+def index_put_py(buf: bytearray | memoryview, entries_at: int, slot_num: int, n: int, key_hash: int, phys_offset: int,
+                 store_timestamp: int, begin_ts: int, begin_phys: int, slot_count: int) -> int:
+    """Write entry `n` at the head of its slot's chain, the slot, and the header (end = this entry, counts + 1);
+    returns the entry it chains to (0: none). Pure-Python twin of the native index_put (same arguments)."""
+    slot_pos = INDEX_HEADER_SIZE + (key_hash % slot_num) * INDEX_SLOT_SIZE
+    prev = _unpack_slot(buf, slot_pos)[0]
+    if prev <= 0 or prev >= n:
+        prev = 0
+    diff = (store_timestamp - begin_ts) // 1000
+    if diff < 0:
+        diff = 0
+    elif diff > _INT_MAX:
+        diff = _INT_MAX
+    _pack_entry(buf, entries_at + n * INDEX_ENTRY_SIZE, key_hash, phys_offset, diff, prev)
+    _pack_slot(buf, slot_pos, n)
+    _pack_header(buf, 0, begin_ts, store_timestamp, begin_phys, phys_offset, slot_count + (prev == 0), n + 1)
+    return prev
+
+
+_native = speedups()
+index_put = index_put_py if _native is None else _native.index_put
 
 
 def _min_cut(a: int, b: int) -> int:
@@ -184,25 +208,20 @@ class IndexFile:
             self.begin_ts = store_timestamp
             self.begin_phys = phys_offset
         slot_pos = INDEX_HEADER_SIZE + (key_hash % self.slot_num) * INDEX_SLOT_SIZE
-        prev = _unpack_slot(self.buf, slot_pos)[0]
-        if prev <= 0 or prev >= n:
-            prev = 0
-        diff = (store_timestamp - self.begin_ts) // 1000
-        if diff < 0:
-            diff = 0
-        elif diff > _INT_MAX:
-            diff = _INT_MAX
         pos = self._entries_at + n * INDEX_ENTRY_SIZE
-        _pack_entry(self.buf, pos, key_hash, phys_offset, diff, prev)
-        self.backing.mark_written(pos, pos + INDEX_ENTRY_SIZE)
-        _pack_slot(self.buf, slot_pos, n)
-        self.backing.mark_written(slot_pos, slot_pos + INDEX_SLOT_SIZE)
+        prev = index_put(self.buf, self._entries_at, self.slot_num, n, key_hash, phys_offset, store_timestamp,
+                         self.begin_ts, self.begin_phys, self.slot_count)
+        mark = self.backing.mark_written
+        mark(pos, pos + INDEX_ENTRY_SIZE)
+        mark(slot_pos, slot_pos + INDEX_SLOT_SIZE)
+        mark(0, INDEX_HEADER_SIZE)
         if prev == 0:
             self.slot_count += 1
         self.index_count = n + 1
         self.end_ts = store_timestamp
         self.end_phys = phys_offset
-        self.write_header()
+        if pos + INDEX_ENTRY_SIZE > self._dirty_hi:
+            self._dirty_hi = pos + INDEX_ENTRY_SIZE
 
     def select(self, key_hash: int, max_num: int, begin_ts: int, end_ts: int, out: list[int]) -> None:
         """Append to `out` the phys offsets of entries with this hash stored in [begin_ts, end_ts], newest first."""

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from orbitmq.base import marks
@@ -421,13 +421,13 @@ class MessageStore:
             nxt = min_off if min_off == 0 else max_off
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, nxt, min_off, max_off)
         scan_entries = max(16000, max_msg_nums * 20) // 20
-        entries = cq.read(offset, scan_entries)
-        if not entries:
+        entries = cq.read_iter(offset, scan_entries)
+        if entries is None:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.segment_end_offset(offset), min_off, max_off)
         return self._collect(entries, offset, max_msg_nums, tag_filter, min_off, max_off, record_filter)
 
     def _collect(
-        self, entries: list[tuple[int, int, int]], offset: int, max_msg_nums: int,
+        self, entries: Iterable[tuple[int, int, int]], offset: int, max_msg_nums: int,
         tag_filter: Callable[[int], bool] | None, min_off: int, max_off: int,
         record_filter: Callable[[memoryview], bool] | None = None,
     ) -> GetResult:

@@ -138,3 +138,17 @@ def test_ipv6_hosts():
 def test_bad_host_is_illegal():
     cl = make()
     assert cl.append([MessageInner("T", 0, b"", {}, born_host="nohost:1")]).result.status is PutStatus.MESSAGE_ILLEGAL
+
+
+def test_field_out_of_java_range_is_refused_without_taking_queue_offsets():
+    cl = make()
+    ok = cl.append([msg()])
+    bad = MessageInner("T", 0, b"x", {"TAGS": "A"}, born_timestamp=2**63)  # beyond a Java long
+    batch = [msg(), msg(), MessageInner("T", 0, b"y", {"TAGS": "A"}, flag=2**31)]  # third one beyond an int
+    for refused in ([bad], batch):
+        a = cl.append(refused)
+        assert a.result.status is PutStatus.MESSAGE_ILLEGAL and a.requests == []
+    assert cl.topic_queue_table == {"T-0": 1}  # nothing taken by the refused puts
+    assert cl.max_offset == ok.end_offset  # nothing written past the last good record
+    nxt = cl.append([msg()])
+    assert nxt.result.queue_offset == 1 and nxt.result.phys_offset == ok.end_offset

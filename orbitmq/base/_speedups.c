@@ -1,0 +1,567 @@
+/* Optional native twins of the per-message hot paths (see docs/design/performance.md, "Native fast path").
+ *
+ * Every function here has a pure-Python twin in the tree that is the reference; the Python modules import this
+ * extension when it was built and fall back silently otherwise. tests/property/test_speedups_props.py feeds the
+ * same generated inputs to both and requires identical results. API_VERSION (module init) must match
+ * orbitmq/base/native.py's.
+ *
+ *   crc32(data)                      zlib.crc32(data) (slicing-by-8 table, no zlib headers needed)
+ *   java_hash(s)                     model/tags.py java_hash_py: Java String.hashCode over UTF-16 code units
+ *   decode_properties(text)          model/properties.py decode_properties_py
+ *   encode_record_into(buf, pos, ...) model/record.py encode_record_into_py: one stored record written in place
+ *   decode_record_v4(buf, pos, check_crc, cls, host_memo)
+ *                                    model/record.py decode_record_py's fast path (V1 magic, IPv4 hosts); returns
+ *                                    None whenever the general Python decoder must decide (it raises the errors)
+ *   decode_records_v4(buf, pos, cls, host_memo)
+ *                                    model/record.py iter_records_py: consecutive common records, (list, next pos)
+ *   index_put(buf, entries_at, slot_num, n, key_hash, phys, store_ts, begin_ts, begin_phys, slot_count)
+ *                                    store/index_file.py index_put_py: entry n, its slot and the header in place
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *struct_error; /* struct.error: what struct.pack raises for an out-of-range field */
+
+/* ---- CRC32 (IEEE, reflected, as zlib) --------------------------------------------------------------- */
+static uint32_t crc_table[8][256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = crc_table[0][i];
+        for (int t = 1; t < 8; t++) {
+            c = crc_table[0][c & 0xFF] ^ (c >> 8);
+            crc_table[t][i] = c;
+        }
+    }
+}
+
+static uint32_t crc32_update(uint32_t crc, const unsigned char *p, size_t n) {
+    crc = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + 4, 4);
+#if PY_BIG_ENDIAN
+        a = __builtin_bswap32(a);
+        b = __builtin_bswap32(b);
+#endif
+        a ^= crc;
+        crc = crc_table[7][a & 0xFF] ^ crc_table[6][(a >> 8) & 0xFF] ^ crc_table[5][(a >> 16) & 0xFF] ^
+              crc_table[4][a >> 24] ^ crc_table[3][b & 0xFF] ^ crc_table[2][(b >> 8) & 0xFF] ^
+              crc_table[1][(b >> 16) & 0xFF] ^ crc_table[0][b >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+static PyObject *sp_crc32(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t c;
+    Py_BEGIN_ALLOW_THREADS
+    c = crc32_update(0, (const unsigned char *)view.buf, (size_t)view.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(c);
+}
+
+/* ---- Java String.hashCode ---------------------------------------------------------------------------- */
+static PyObject *sp_java_hash(PyObject *self, PyObject *s) {
+    if (!PyUnicode_Check(s)) {
+        PyErr_Format(PyExc_TypeError, "java_hash() argument must be str, not %.100s", Py_TYPE(s)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    uint32_t h = 0;
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *u = (const Py_UCS1 *)data;
+        for (Py_ssize_t i = 0; i < n; i++) h = 31u * h + u[i];
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            if (c >= 0xD800 && c <= 0xDFFF) {
+                /* a lone surrogate has no UTF-16 form: raise what the Python twin's encode raises */
+                PyObject *r = PyUnicode_AsEncodedString(s, "utf-16-be", "strict");
+                Py_XDECREF(r);
+                if (r != NULL) PyErr_SetString(PyExc_ValueError, "lone surrogate");
+                return NULL;
+            }
+            if (c >= 0x10000) {
+                c -= 0x10000;
+                h = 31u * h + (0xD800u + (c >> 10));
+                h = 31u * h + (0xDC00u + (c & 0x3FF));
+            } else {
+                h = 31u * h + c;
+            }
+        }
+    }
+    return PyLong_FromLong((long)(int32_t)h);
+}
+
+/* ---- properties: name \x01 value \x02 ... ------------------------------------------------------------ */
+static PyObject *decode_props_text(PyObject *text) {
+    PyObject *out = PyDict_New();
+    if (out == NULL) return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t start = 0;
+    while (start <= n) {
+        /* one segment [start, end): up to the next \x02 */
+        Py_ssize_t end = start, sep = -1;
+        while (end < n) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, end);
+            if (c == 2) break;
+            if (c == 1 && sep < 0) sep = end;
+            end++;
+        }
+        if (sep > start && sep < end - 1) {
+            PyObject *k = PyUnicode_Substring(text, start, sep);
+            PyObject *v = k ? PyUnicode_Substring(text, sep + 1, end) : NULL;
+            if (v == NULL || PyDict_SetItem(out, k, v) < 0) {
+                Py_XDECREF(k);
+                Py_XDECREF(v);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(k);
+            Py_DECREF(v);
+        }
+        start = end + 1;
+    }
+    return out;
+}
+
+static PyObject *sp_decode_properties(PyObject *self, PyObject *text) {
+    if (text == Py_None) return PyDict_New();
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "decode_properties() argument must be str or None, not %.100s",
+                     Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+    if (PyUnicode_GET_LENGTH(text) == 0) return PyDict_New();
+    return decode_props_text(text);
+}
+
+/* ---- record encode ------------------------------------------------------------------------------------ */
+static inline void put32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static inline void put64(unsigned char *p, uint64_t v) {
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+static inline uint32_t get32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static inline uint64_t get64(const unsigned char *p) { return ((uint64_t)get32(p) << 32) | get32(p + 4); }
+
+static int as_i32(PyObject *o, int32_t *out) {
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_SetString(struct_error, "'i' format requires -2147483648 <= number <= 2147483647");
+        }
+        return -1;
+    }
+    if (v < INT32_MIN || v > INT32_MAX) {
+        PyErr_SetString(struct_error, "'i' format requires -2147483648 <= number <= 2147483647");
+        return -1;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int as_i64(PyObject *o, int64_t *out) {
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_SetString(struct_error, "argument out of range");
+        }
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+#define BORNHOST_V6 0x10
+#define STOREHOST_V6 0x20
+#define MAGIC_V1 ((uint32_t)0xDAA320A7u)
+
+/* encode_record_into(buf, pos, topic, body, properties, queue_id, flag, sys_flag, born_timestamp, born_host,
+ *                    store_host, reconsume_times, prepared_transaction_offset, queue_offset, phys_offset,
+ *                    store_timestamp, crc) -> record size */
+static PyObject *sp_encode_record_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 17) {
+        PyErr_Format(PyExc_TypeError, "encode_record_into() takes 17 positional arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_buffer out = {0}, topic = {0}, body = {0}, props = {0}, born = {0}, store = {0};
+    PyObject *result = NULL;
+    int32_t queue_id, flag, sys_flag, reconsume, crc_arg = 0;
+    int64_t born_ts, prepared, queue_offset, phys_offset, store_ts;
+    Py_ssize_t pos = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    if (PyObject_GetBuffer(args[2], &topic, PyBUF_SIMPLE) < 0) goto done;
+    if (PyObject_GetBuffer(args[3], &body, PyBUF_SIMPLE) < 0) goto done;
+    if (PyObject_GetBuffer(args[4], &props, PyBUF_SIMPLE) < 0) goto done;
+    if (PyObject_GetBuffer(args[9], &born, PyBUF_SIMPLE) < 0) goto done;
+    if (PyObject_GetBuffer(args[10], &store, PyBUF_SIMPLE) < 0) goto done;
+    if (topic.len > 127) {
+        PyErr_SetString(PyExc_ValueError, "topic longer than 127 bytes");
+        goto done;
+    }
+    if (props.len > 32767) {
+        PyErr_SetString(PyExc_ValueError, "properties longer than 32767 bytes");
+        goto done;
+    }
+    if (as_i32(args[5], &queue_id) < 0 || as_i32(args[6], &flag) < 0 || as_i32(args[7], &sys_flag) < 0 ||
+        as_i64(args[8], &born_ts) < 0 || as_i32(args[11], &reconsume) < 0 || as_i64(args[12], &prepared) < 0 ||
+        as_i64(args[13], &queue_offset) < 0 || as_i64(args[14], &phys_offset) < 0 || as_i64(args[15], &store_ts) < 0)
+        goto done;
+    if (args[16] != Py_None && as_i32(args[16], &crc_arg) < 0) goto done;
+    if (body.len > INT32_MAX - 4096) {
+        PyErr_SetString(struct_error, "body too long");
+        goto done;
+    }
+    sys_flag &= ~(BORNHOST_V6 | STOREHOST_V6);
+    if (born.len == 20) sys_flag |= BORNHOST_V6;
+    if (store.len == 20) sys_flag |= STOREHOST_V6;
+    Py_ssize_t total = 48 + born.len + 8 + store.len + 16 + body.len + 1 + topic.len + 2 + props.len;
+    if (PyObject_GetBuffer(args[0], &out, PyBUF_WRITABLE) < 0) goto done;
+    if (pos < 0 || pos > out.len || total > out.len - pos) {
+        PyErr_Format(PyExc_ValueError, "record of %zd bytes does not fit the buffer at %zd", total, pos);
+        goto done;
+    }
+    if (total > INT32_MAX) {
+        PyErr_SetString(struct_error, "record too long");
+        goto done;
+    }
+    uint32_t crc = args[16] == Py_None
+                       ? crc32_update(0, (const unsigned char *)body.buf, (size_t)body.len) & 0x7FFFFFFFu
+                       : (uint32_t)crc_arg;
+    unsigned char *p = (unsigned char *)out.buf + pos;
+    put32(p, (uint32_t)total);
+    put32(p + 4, MAGIC_V1);
+    put32(p + 8, crc);
+    put32(p + 12, (uint32_t)queue_id);
+    put32(p + 16, (uint32_t)flag);
+    put64(p + 20, (uint64_t)queue_offset);
+    put64(p + 28, (uint64_t)phys_offset);
+    put32(p + 36, (uint32_t)sys_flag);
+    put64(p + 40, (uint64_t)born_ts);
+    p += 48;
+    memcpy(p, born.buf, (size_t)born.len);
+    p += born.len;
+    put64(p, (uint64_t)store_ts);
+    p += 8;
+    memcpy(p, store.buf, (size_t)store.len);
+    p += store.len;
+    put32(p, (uint32_t)reconsume);
+    put64(p + 4, (uint64_t)prepared);
+    put32(p + 12, (uint32_t)body.len);
+    p += 16;
+    memcpy(p, body.buf, (size_t)body.len);
+    p += body.len;
+    *p++ = (unsigned char)topic.len;
+    memcpy(p, topic.buf, (size_t)topic.len);
+    p += topic.len;
+    p[0] = (unsigned char)(props.len >> 8);
+    p[1] = (unsigned char)props.len;
+    memcpy(p + 2, props.buf, (size_t)props.len);
+    result = PyLong_FromSsize_t(total);
+done:
+    if (out.obj) PyBuffer_Release(&out);
+    if (topic.obj) PyBuffer_Release(&topic);
+    if (body.obj) PyBuffer_Release(&body);
+    if (props.obj) PyBuffer_Release(&props);
+    if (born.obj) PyBuffer_Release(&born);
+    if (store.obj) PyBuffer_Release(&store);
+    return result;
+}
+
+/* ---- record decode (fast path) ------------------------------------------------------------------------ */
+/* decode_record_v4(buf, pos, check_crc, cls, host_memo) -> cls(...) or None.
+ * None = "not the common case or not well-formed": the caller's general decoder decides (and raises). Hosts are
+ * looked up in host_memo (raw 8 bytes -> "ip:port"); an unknown host also returns None (the general path fills the
+ * memo). */
+static PyObject *decode_v4(const unsigned char *b, Py_ssize_t len, Py_ssize_t pos, int check_crc, PyObject *cls,
+                           PyObject *memo) {
+    PyObject *result = NULL, *f[16] = {NULL};
+    if (pos < 0 || pos > len || len - pos < 88) goto fallback;
+    const unsigned char *r = b + pos;
+    int32_t total = (int32_t)get32(r);
+    uint32_t magic = get32(r + 4);
+    int32_t sys_flag = (int32_t)get32(r + 36);
+    if (magic != MAGIC_V1 || (sys_flag & (BORNHOST_V6 | STOREHOST_V6)) || total < 48 || total > len - pos)
+        goto fallback;
+    int32_t body_len = (int32_t)get32(r + 84);
+    Py_ssize_t p = 88, end = total;
+    if (body_len < 0 || p + body_len + 3 > end) goto fallback;
+    Py_ssize_t body_at = p;
+    p += body_len;
+    int topic_len = r[p];
+    p += 1;
+    if (topic_len > 127 || p + topic_len + 2 > end) goto fallback;
+    Py_ssize_t topic_at = p;
+    p += topic_len;
+    int16_t props_len = (int16_t)(((unsigned)r[p] << 8) | r[p + 1]);
+    p += 2;
+    if (props_len < 0 || p + props_len != end) goto fallback;
+    uint32_t crc = get32(r + 8);
+    if (check_crc && (crc32_update(0, r + body_at, (size_t)body_len) & 0x7FFFFFFFu) != crc) goto fallback;
+    /* hosts: both must already be memoized */
+    PyObject *born_key = PyBytes_FromStringAndSize((const char *)r + 48, 8);
+    if (born_key == NULL) goto error;
+    PyObject *born_text = PyDict_GetItemWithError(memo, born_key);
+    Py_DECREF(born_key);
+    if (born_text == NULL) {
+        if (PyErr_Occurred()) goto error;
+        goto fallback;
+    }
+    PyObject *store_key = PyBytes_FromStringAndSize((const char *)r + 64, 8);
+    if (store_key == NULL) goto error;
+    PyObject *store_text = PyDict_GetItemWithError(memo, store_key);
+    Py_DECREF(store_key);
+    if (store_text == NULL) {
+        if (PyErr_Occurred()) goto error;
+        goto fallback;
+    }
+    f[0] = PyUnicode_DecodeUTF8((const char *)r + topic_at, topic_len, "strict");
+    if (f[0] == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            PyErr_Clear();
+            goto fallback;
+        }
+        goto error;
+    }
+    if (props_len) {
+        PyObject *text = PyUnicode_DecodeUTF8((const char *)r + p, props_len, "strict");
+        if (text == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                goto fallback;
+            }
+            goto error;
+        }
+        f[2] = decode_props_text(text);
+        Py_DECREF(text);
+    } else {
+        f[2] = PyDict_New();
+    }
+    if (f[2] == NULL) goto error;
+    f[1] = PyBytes_FromStringAndSize((const char *)r + body_at, body_len);
+    f[3] = PyLong_FromLong((int32_t)get32(r + 16));           /* flag */
+    f[4] = PyLong_FromLong((int32_t)get32(r + 12));           /* queue id */
+    f[5] = PyLong_FromLongLong((int64_t)get64(r + 20));       /* queue offset */
+    f[6] = PyLong_FromLongLong((int64_t)get64(r + 28));       /* phys offset */
+    f[7] = PyLong_FromLong(sys_flag);
+    f[8] = PyLong_FromLongLong((int64_t)get64(r + 40));       /* born timestamp */
+    Py_INCREF(born_text);
+    f[9] = born_text;
+    f[10] = PyLong_FromLongLong((int64_t)get64(r + 56));      /* store timestamp */
+    Py_INCREF(store_text);
+    f[11] = store_text;
+    f[12] = PyLong_FromLong((int32_t)get32(r + 72));          /* reconsume times */
+    f[13] = PyLong_FromLongLong((int64_t)get64(r + 76));      /* prepared transaction offset */
+    f[14] = PyLong_FromLong((int32_t)crc);
+    f[15] = PyLong_FromLong(total);
+    for (int i = 0; i < 16; i++)
+        if (f[i] == NULL) goto error;
+    result = PyObject_Vectorcall(cls, f, 16, NULL);
+    goto cleanup;
+fallback:
+    result = Py_NewRef(Py_None);
+    goto cleanup;
+error:
+    result = NULL;
+cleanup:
+    for (int i = 0; i < 16; i++) Py_XDECREF(f[i]);
+    return result;
+}
+
+static int decode_args(PyObject *const *args, int check_at, int *check_crc, PyObject *memo) {
+    *check_crc = PyObject_IsTrue(args[check_at]);
+    if (*check_crc < 0) return -1;
+    if (!PyDict_Check(memo)) {
+        PyErr_SetString(PyExc_TypeError, "host_memo must be a dict");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *sp_decode_record_v4(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "decode_record_v4() takes 5 positional arguments (%zd given)", nargs);
+        return NULL;
+    }
+    int check_crc;
+    Py_ssize_t pos = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if ((pos == -1 && PyErr_Occurred()) || decode_args(args, 2, &check_crc, args[4]) < 0) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *r = decode_v4((const unsigned char *)view.buf, view.len, pos, check_crc, args[3], args[4]);
+    PyBuffer_Release(&view);
+    return r;
+}
+
+/* decode_records_v4(buf, pos, cls, host_memo) -> (list of cls, next pos): consecutive common records from pos
+ * while at least 8 bytes remain, stopping at the first one decode_record_v4 would hand to the general decoder
+ * (the caller decodes that one in Python, then may call again). */
+static PyObject *sp_decode_records_v4(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "decode_records_v4() takes 4 positional arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t pos = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    if (!PyDict_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "host_memo must be a dict");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = PyList_New(0);
+    const unsigned char *b = (const unsigned char *)view.buf;
+    while (out != NULL && pos >= 0 && pos + 8 <= view.len) {
+        PyObject *m = decode_v4(b, view.len, pos, 0, args[2], args[3]);
+        if (m == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        if (m == Py_None) {
+            Py_DECREF(m);
+            break;
+        }
+        pos += (Py_ssize_t)(int32_t)get32(b + pos); /* total size: checked by decode_v4 (>= 48, inside buf) */
+        if (PyList_Append(out, m) < 0) Py_CLEAR(out);
+        Py_DECREF(m);
+    }
+    PyBuffer_Release(&view);
+    if (out == NULL) return NULL;
+    PyObject *res = Py_BuildValue("(Nn)", out, pos);
+    return res;
+}
+
+/* ---- IndexFile put ------------------------------------------------------------------------------------ */
+#define INDEX_HEADER_SIZE 40
+#define INDEX_ENTRY_SIZE 20
+
+/* index_put(buf, entries_at, slot_num, n, key_hash, phys_offset, store_timestamp, begin_ts, begin_phys,
+ *           slot_count) -> prev (the entry number the new entry chains to, 0 for none) */
+static PyObject *sp_index_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "index_put() takes 10 positional arguments (%zd given)", nargs);
+        return NULL;
+    }
+    int64_t entries_at, slot_num, n, key_hash, phys, store_ts, begin_ts, begin_phys, slot_count;
+    if (as_i64(args[1], &entries_at) < 0 || as_i64(args[2], &slot_num) < 0 || as_i64(args[3], &n) < 0 ||
+        as_i64(args[4], &key_hash) < 0 || as_i64(args[5], &phys) < 0 || as_i64(args[6], &store_ts) < 0 ||
+        as_i64(args[7], &begin_ts) < 0 || as_i64(args[8], &begin_phys) < 0 || as_i64(args[9], &slot_count) < 0)
+        return NULL;
+    if (slot_num <= 0) {
+        PyErr_SetString(PyExc_ZeroDivisionError, "slot_num must be positive");
+        return NULL;
+    }
+    if (key_hash < INT32_MIN || key_hash > INT32_MAX || n < INT32_MIN || n >= INT32_MAX ||
+        slot_count < INT32_MIN || slot_count >= INT32_MAX) {
+        PyErr_SetString(struct_error, "'i' format requires -2147483648 <= number <= 2147483647");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) return NULL;
+    int64_t slot = key_hash % slot_num;
+    if (slot < 0) slot += slot_num; /* Python's modulo */
+    int64_t slot_pos = INDEX_HEADER_SIZE + slot * 4;
+    int64_t entry_pos = entries_at + n * INDEX_ENTRY_SIZE;
+    if (view.len < INDEX_HEADER_SIZE || slot_pos < 0 || slot_pos > view.len - 4 || entry_pos < 0 ||
+        entry_pos > view.len - INDEX_ENTRY_SIZE) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(struct_error, "index_put out of the buffer");
+        return NULL;
+    }
+    unsigned char *b = (unsigned char *)view.buf;
+    int32_t prev = (int32_t)get32(b + slot_pos);
+    if (prev <= 0 || prev >= n) prev = 0;
+    int64_t delta, diff;
+    if (__builtin_sub_overflow(store_ts, begin_ts, &delta))
+        diff = store_ts > begin_ts ? INT32_MAX : 0;
+    else {
+        diff = delta / 1000 - ((delta % 1000) < 0); /* floor division */
+        if (diff < 0) diff = 0;
+        else if (diff > INT32_MAX) diff = INT32_MAX;
+    }
+    unsigned char *e = b + entry_pos;
+    put32(e, (uint32_t)key_hash);
+    put64(e + 4, (uint64_t)phys);
+    put32(e + 12, (uint32_t)diff);
+    put32(e + 16, (uint32_t)prev);
+    put32(b + slot_pos, (uint32_t)n);
+    put64(b, (uint64_t)begin_ts);
+    put64(b + 8, (uint64_t)store_ts);
+    put64(b + 16, (uint64_t)begin_phys);
+    put64(b + 24, (uint64_t)phys);
+    put32(b + 32, (uint32_t)(slot_count + (prev == 0)));
+    put32(b + 36, (uint32_t)(n + 1));
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(prev);
+}
+
+static PyMethodDef methods[] = {
+    {"crc32", sp_crc32, METH_O, "zlib.crc32(data) (unsigned)."},
+    {"java_hash", sp_java_hash, METH_O, "Java String.hashCode over UTF-16 code units, signed 32-bit."},
+    {"decode_properties", sp_decode_properties, METH_O, "Lenient decode of a message properties string."},
+    {"encode_record_into", (PyCFunction)(void (*)(void))sp_encode_record_into, METH_FASTCALL,
+     "Write one V1 stored record at buf[pos:]; returns its size."},
+    {"decode_records_v4", (PyCFunction)(void (*)(void))sp_decode_records_v4, METH_FASTCALL,
+     "Decode consecutive common records from pos; returns (list, next pos)."},
+    {"decode_record_v4", (PyCFunction)(void (*)(void))sp_decode_record_v4, METH_FASTCALL,
+     "Decode the common record (V1 magic, IPv4 hosts) or return None."},
+    {"index_put", (PyCFunction)(void (*)(void))sp_index_put, METH_FASTCALL,
+     "IndexFile put: entry, slot and header written in place; returns prev."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "orbitmq.base._speedups",
+                                    "Native twins of OrbitMQ's per-message hot paths.", -1, methods};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    crc_init();
+    PyObject *st = PyImport_ImportModule("struct");
+    if (st == NULL) return NULL;
+    struct_error = PyObject_GetAttrString(st, "error");
+    Py_DECREF(st);
+    if (struct_error == NULL) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    /* native.py loads the module only when this matches its API_VERSION: a stale build from an older source
+     * (an editable install not rebuilt) is ignored instead of missing functions. Bump it with every change of a
+     * function's contract or the set of functions. */
+    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 1) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
