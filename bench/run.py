@@ -40,7 +40,7 @@ class BenchOptions:
     send_messages: int = 100_000       # per closed-loop / batched producer phase
     message_size: int = 1024
     concurrency: int = 8
-    high_concurrency: int = 32         # orbitmq SYNC_FLUSH, rabbitmq and nats
+    high_concurrency: int = 32         # every system and mode
     batch_size: int = 32
     batch_senders: int = 8
     rate: float = 2000.0
@@ -130,10 +130,6 @@ class _Run:
                                              + cons.server_cpu_s / cons.messages) * 1e6
 
 
-def _wants_high_concurrency(driver: Driver) -> bool:
-    return driver.system != "orbitmq" or driver.mode == "sync"
-
-
 async def run_system(opts: BenchOptions, system: str, mode: str, progress: LiveProgress,
                      console: Console) -> SystemResult:
     driver = make_driver(system, mode if system == "orbitmq" else "default", opts)
@@ -151,7 +147,7 @@ async def run_system(opts: BenchOptions, system: str, mode: str, progress: LiveP
             await run.consume()
         if "latency" in shapes:
             await run.latency()
-        if "send" in shapes and _wants_high_concurrency(driver):
+        if "send" in shapes:  # every system and mode: the SYNC/ASYNC ratio is read at equal concurrency
             await run.send("send_c32", opts.high_concurrency)
         if "memory" in shapes and opts.mem_gib > 0:
             await run.memory()

@@ -65,4 +65,5 @@ def test_cluster_command_starts_every_member_and_cluster_list_shows_roles(tmp_pa
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out.decode()
-    assert out.decode().count("stopped ") == 6
+    logs = {p.name: p.read_text(errors="replace")[-2000:] for p in d.glob("*/*.log")}
+    assert out.decode().count("stopped ") == 6, (out.decode(), logs)
