@@ -14,6 +14,7 @@ from orbitmq.client import Admin, ConsumeResult, Producer, PullConsumer, PullSta
 from orbitmq.client.consume import ConsumeOrderlyResult
 from orbitmq.model import Message, MessageExt, MessageQueue, Prop
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.protocol.bodies.admin import DelayOffsetSerializeWrapper
 from orbitmq.testing.procs import Standalone, blocking_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -100,9 +101,14 @@ def test_delay_level_2_arrives_after_5s_through_restart(tmp_path: Path, how: str
         deadline = time.monotonic() + 5
         while not (path.exists() and b"2:1" in path.read_bytes()) and time.monotonic() < deadline:
             time.sleep(0.1)  # progress is persisted every 2 s
-        assert path.read_bytes() == b'{"offsetTable":{2:1}}'
+        # RocketMQ's delayOffset.json layout (fastjson, integer keys) with the 5.x data version in front
+        persisted = path.read_bytes()
+        assert persisted.startswith(b'{"dataVersion":{') and persisted.endswith(b',"offsetTable":{2:1}}')
+        assert DelayOffsetSerializeWrapper.from_json(persisted).offset_table == {2: 1}
         resp = blocking_request(s.broker_addr, RemotingCommand.request(RequestCode.GET_ALL_DELAY_OFFSET))
-        assert resp.code == ResponseCode.SUCCESS and resp.body == b'{"offsetTable":{2:1}}'
+        assert resp.code == ResponseCode.SUCCESS and resp.body.endswith(b',"offsetTable":{2:1}}')
+        served = DelayOffsetSerializeWrapper.from_json(resp.body)
+        assert served.offset_table == {2: 1} and served.data_version is not None
     finally:
         s.close()
 

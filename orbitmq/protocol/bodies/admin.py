@@ -323,6 +323,6 @@ class DelayOffsetSerializeWrapper(JsonBody):
 
 
 def _data_version(d: dict[str, Any]) -> DataVersion | None:
-    """The optional 5.x "dataVersion" of an offset wrapper (C: RIP-32 pre-online)."""
+    """The optional 5.x "dataVersion" of an offset wrapper (RIP-32 pre-online)."""
     raw = d.get("dataVersion")
     return DataVersion.from_json_obj(raw) if isinstance(raw, dict) else None
