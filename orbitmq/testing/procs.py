@@ -409,6 +409,40 @@ def start_broker(directory: str | os.PathLike[str], namesrv_addr: str, *, port: 
     return proc
 
 
+class BrokerCluster:
+    """A name server plus broker processes (master/slave groups) under `root`, all killed by close().
+
+    `broker_defaults` go into every broker.conf (a call's own keys win); `namesrv_keys` into namesrv.conf."""
+
+    def __init__(self, root: str | os.PathLike[str], *, broker_defaults: Mapping[str, Any] | None = None,
+                 **namesrv_keys: Any) -> None:
+        self.root = Path(root)
+        self.defaults = dict(broker_defaults or {})
+        self.procs: list[ServerProcess] = []
+        self.ns = start_namesrv(self.root / "ns", **namesrv_keys)
+        self.procs.append(self.ns)
+        self.ns_addr = f"{LOCALHOST}:{self.ns.ports[0]}"
+
+    def broker(self, name: str, broker_id: int, role: str, *, directory: str | None = None,
+               **keys: Any) -> tuple[ServerProcess, str]:
+        """Start one broker (data in root/<directory or name-id>); returns the process and its address."""
+        conf = dict(self.defaults, brokerName=name, brokerId=broker_id, brokerRole=role)
+        conf.update(keys)
+        p = start_broker(self.root / (directory or f"{name}-{broker_id}"), self.ns_addr, **conf)
+        self.procs.append(p)
+        return p, f"{LOCALHOST}:{p.ports[0]}"
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            p.close()
+
+    def __enter__(self) -> BrokerCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Standalone:
     """`orbitmq standalone -c standalone.conf`: a name server and a broker in one process."""
 

@@ -33,7 +33,10 @@ from orbitmq.model.topic import MessageQueue
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies import ClusterInfo, KVTable, LockBatchBody, LockBatchResponseBody, TopicRouteData
 from orbitmq.remoting import RemotingClient
-from orbitmq.testing.procs import LOCALHOST, REPO_ROOT, ServerProcess, start_broker, start_namesrv
+from orbitmq.testing.procs import (
+    REPO_ROOT,
+    BrokerCluster,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -43,26 +46,11 @@ RIP32 = {"enableSlaveActingMaster": True, "compatibleWithOldNameSrv": False, "br
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------
-class Cluster:
+class Cluster(BrokerCluster):
     """A name server plus broker processes, all killed at teardown."""
 
     def __init__(self, root: Path, **namesrv_keys: Any) -> None:
-        self.root = root
-        self.procs: list[ServerProcess] = []
-        self.ns = start_namesrv(root / "ns", **namesrv_keys)
-        self.procs.append(self.ns)
-        self.ns_addr = f"{LOCALHOST}:{self.ns.ports[0]}"
-
-    def broker(self, name: str, broker_id: int, role: str, **keys: Any) -> tuple[ServerProcess, str]:
-        conf = dict(FAST, brokerName=name, brokerId=broker_id, brokerRole=role)
-        conf.update(keys)
-        p = start_broker(self.root / f"{name}-{broker_id}", self.ns_addr, **conf)
-        self.procs.append(p)
-        return p, f"{LOCALHOST}:{p.ports[0]}"
-
-    def close(self) -> None:
-        for p in reversed(self.procs):
-            p.close()
+        super().__init__(root, broker_defaults=FAST, **namesrv_keys)
 
 
 @pytest.fixture

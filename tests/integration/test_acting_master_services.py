@@ -29,7 +29,7 @@ from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies import KVTable
 from orbitmq.protocol.ext import to_send_v2
 from orbitmq.remoting import RemotingClient
-from orbitmq.testing.procs import LOCALHOST, ServerProcess, start_broker, start_namesrv
+from orbitmq.testing.procs import BrokerCluster, ServerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 
@@ -101,24 +101,9 @@ def send_header(topic: str, queue_id: int, props: dict[str, str], group: str = "
                        "batch": "false"})
 
 
-class Cluster:
+class Cluster(BrokerCluster):
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.procs: list[ServerProcess] = []
-        self.ns = start_namesrv(root / "ns", supportActingMaster=True, scanNotActiveBrokerInterval=1000)
-        self.procs.append(self.ns)
-        self.ns_addr = f"{LOCALHOST}:{self.ns.ports[0]}"
-
-    def broker(self, name: str, broker_id: int, role: str, **keys: Any) -> tuple[ServerProcess, str]:
-        conf = dict(COMMON, brokerName=name, brokerId=broker_id, brokerRole=role)
-        conf.update(keys)
-        p = start_broker(self.root / f"{name}-{broker_id}", self.ns_addr, **conf)
-        self.procs.append(p)
-        return p, f"{LOCALHOST}:{p.ports[0]}"
-
-    def close(self) -> None:
-        for p in reversed(self.procs):
-            p.close()
+        super().__init__(root, broker_defaults=COMMON, supportActingMaster=True, scanNotActiveBrokerInterval=1000)
 
 
 @pytest.fixture

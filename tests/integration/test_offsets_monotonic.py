@@ -25,7 +25,7 @@ from orbitmq.model.topic import MessageQueue
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies import ClusterInfo, KVTable
 from orbitmq.remoting import RemotingClient
-from orbitmq.testing.procs import LOCALHOST, ServerProcess, start_broker, start_namesrv
+from orbitmq.testing.procs import BrokerCluster
 
 pytestmark = [pytest.mark.integration]
 
@@ -114,25 +114,12 @@ async def registered(client: RemotingClient, ns: str, addr: str) -> bool:
     return any(addr in bd.broker_addrs.values() for bd in info.broker_addr_table.values())
 
 
-class Group:
+class Group(BrokerCluster):
     def __init__(self, root: Path) -> None:
-        self.procs: list[ServerProcess] = []
-        self.ns = start_namesrv(root / "ns", supportActingMaster=True, scanNotActiveBrokerInterval=1000)
-        self.procs.append(self.ns)
-        self.ns_addr = f"{LOCALHOST}:{self.ns.ports[0]}"
-        self.master, self.m = self._broker(root, 0, "ASYNC_MASTER")
-        self.slave, self.s = self._broker(root, 1, "SLAVE", slaveReadEnable=True)
-
-    def _broker(self, root: Path, broker_id: int, role: str, **keys: Any) -> tuple[ServerProcess, str]:
-        conf = dict(FAST, **RIP32, brokerName="broker-mono", brokerId=broker_id, brokerRole=role)
-        conf.update(keys)
-        p = start_broker(root / f"b{broker_id}", self.ns_addr, **conf)
-        self.procs.append(p)
-        return p, f"{LOCALHOST}:{p.ports[0]}"
-
-    def close(self) -> None:
-        for p in reversed(self.procs):
-            p.close()
+        super().__init__(root, broker_defaults={**FAST, **RIP32}, supportActingMaster=True,
+                         scanNotActiveBrokerInterval=1000)
+        self.master, self.m = self.broker("broker-mono", 0, "ASYNC_MASTER", directory="b0")
+        self.slave, self.s = self.broker("broker-mono", 1, "SLAVE", directory="b1", slaveReadEnable=True)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from orbitmq.model import Message, MessageExt
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies import ClusterInfo, ConsumerOffsetSerializeWrapper, KVTable
 from orbitmq.remoting import RemotingClient
-from orbitmq.testing.procs import LOCALHOST, ServerProcess, start_broker, start_namesrv
+from orbitmq.testing.procs import BrokerCluster
 
 pytestmark = [pytest.mark.integration]
 
@@ -29,27 +29,14 @@ RIP32 = {"enableSlaveActingMaster": True, "compatibleWithOldNameSrv": False, "br
          "brokerNotActiveTimeoutMillis": 3000, "syncBrokerMemberGroupPeriod": 500}
 
 
-class Group:
+class Group(BrokerCluster):
     """Name server (supportActingMaster) + master and slave of one broker group; killed at teardown."""
 
     def __init__(self, root: Path, **master_keys: Any) -> None:
-        self.procs: list[ServerProcess] = []
-        self.ns = start_namesrv(root / "ns", supportActingMaster=True, scanNotActiveBrokerInterval=1000)
-        self.procs.append(self.ns)
-        self.ns_addr = f"{LOCALHOST}:{self.ns.ports[0]}"
-        self.master, self.m = self._broker(root, 0, "ASYNC_MASTER", **master_keys)
-        self.slave, self.s = self._broker(root, 1, "SLAVE", slaveReadEnable=True)
-
-    def _broker(self, root: Path, broker_id: int, role: str, **keys: Any) -> tuple[ServerProcess, str]:
-        conf = dict(FAST, **RIP32, brokerName="broker-p", brokerId=broker_id, brokerRole=role)
-        conf.update(keys)
-        p = start_broker(root / f"b{broker_id}", self.ns_addr, **conf)
-        self.procs.append(p)
-        return p, f"{LOCALHOST}:{p.ports[0]}"
-
-    def close(self) -> None:
-        for p in reversed(self.procs):
-            p.close()
+        super().__init__(root, broker_defaults={**FAST, **RIP32}, supportActingMaster=True,
+                         scanNotActiveBrokerInterval=1000)
+        self.master, self.m = self.broker("broker-p", 0, "ASYNC_MASTER", directory="b0", **master_keys)
+        self.slave, self.s = self.broker("broker-p", 1, "SLAVE", directory="b1", slaveReadEnable=True)
 
 
 @pytest.fixture

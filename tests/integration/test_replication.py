@@ -20,7 +20,12 @@ from orbitmq.protocol.bodies import KVTable
 from orbitmq.remoting import RemotingClient
 from orbitmq.replication.frames import REPORT_SIZE, encode_data
 from orbitmq.store import MessageInner, MessageStore, StoreConfig
-from orbitmq.testing.procs import LOCALHOST, ServerProcess, free_port, start_broker, start_namesrv
+from orbitmq.testing.procs import (
+    LOCALHOST,
+    BrokerCluster,
+    free_port,
+    start_broker,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -84,26 +89,9 @@ async def pull_all(addr: str, topic: str, queues: int, group: str = "G_check") -
     return out
 
 
-class Cluster:
-    """A name server plus broker groups of master (+ slave) processes, all killed at teardown."""
-
+class Cluster(BrokerCluster):
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.procs: list[ServerProcess] = []
-        self.ns = start_namesrv(root / "ns")
-        self.procs.append(self.ns)
-        self.ns_addr = f"{LOCALHOST}:{self.ns.ports[0]}"
-
-    def broker(self, name: str, broker_id: int, role: str, **keys: Any) -> tuple[ServerProcess, str]:
-        conf = dict(FAST, brokerName=name, brokerId=broker_id, brokerRole=role)
-        conf.update(keys)
-        p = start_broker(self.root / f"{name}-{broker_id}", self.ns_addr, **conf)
-        self.procs.append(p)
-        return p, f"{LOCALHOST}:{p.ports[0]}"
-
-    def close(self) -> None:
-        for p in reversed(self.procs):
-            p.close()
+        super().__init__(root, broker_defaults=FAST)
 
 
 @pytest.fixture
