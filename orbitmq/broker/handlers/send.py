@@ -221,12 +221,20 @@ class SendProcessor:
     # ----- single message -----
     def _prepare_one(self, conn: Any, req: RemotingCommand, ext: dict[str, str]) -> tuple[list[MessageInner], int]:
         ctx = self.ctx
-        topic = ext_str(ext, "topic")
-        ext_str(ext, "producerGroup")
-        queue_id = ext_int(ext, "queueId")
-        sys_flag = ext_int(ext, "sysFlag")
-        born_ts = ext_int(ext, "bornTimestamp")
-        flag = ext_int(ext, "flag")
+        try:  # every required field present and decimal (values are str): read inline
+            topic = ext["topic"]
+            ext["producerGroup"]
+            queue_id = int(ext["queueId"])
+            sys_flag = int(ext["sysFlag"])
+            born_ts = int(ext["bornTimestamp"])
+            flag = int(ext["flag"])
+        except (KeyError, TypeError, ValueError):  # the checked reads raise the right HeaderError, in order
+            topic = ext_str(ext, "topic")
+            ext_str(ext, "producerGroup")
+            queue_id = ext_int(ext, "queueId")
+            sys_flag = ext_int(ext, "sysFlag")
+            born_ts = ext_int(ext, "bornTimestamp")
+            flag = ext_int(ext, "flag")
         tc = self._check_topic(conn, ext, topic, batch=False)
         queue_id = self._pick_queue(conn, tc, queue_id)
         props = decode_properties(ext.get("properties"))
