@@ -99,9 +99,10 @@ class CommitLog:
         props = encode_properties(msg.properties).encode("utf-8")
         if len(props) > MAX_PROPERTIES_SIZE:
             return PutStatus.PROPERTIES_SIZE_EXCEEDED
+        hosts = self._hosts  # memo hit inline (packed hosts are never empty); a miss packs and caches
         try:
-            born = self._host(msg.born_host)
-            store = self._host(msg.store_host)
+            born = hosts.get(msg.born_host) or self._host(msg.born_host)
+            store = hosts.get(msg.store_host) or self._host(msg.store_host)
         except ValueError:
             return PutStatus.MESSAGE_ILLEGAL
         size = record_size(len(msg.body), len(topic), len(props), len(born), len(store))

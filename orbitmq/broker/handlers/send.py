@@ -26,6 +26,8 @@ from orbitmq.broker.metadata.topics import (
 from orbitmq.model.enums import Perm, SysFlag, transaction_type
 from orbitmq.model.properties import Prop, decode_properties
 from orbitmq.protocol import (
+    CURRENT_VERSION,
+    FLAG_RESPONSE,
     HeaderError,
     RemotingCommand,
     RequestCode,
@@ -67,6 +69,9 @@ _PUT_CODES: dict[PutStatus, tuple[int, str | None]] = {
 }
 _STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
                      PutStatus.SLAVE_NOT_AVAILABLE})
+
+_SUCCESS = int(ResponseCode.SUCCESS)
+_new_command = object.__new__
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body crc, flag, body length
 _H = struct.Struct(">h")
@@ -216,12 +221,20 @@ class SendProcessor:
     # ----- single message -----
     def _prepare_one(self, conn: Any, req: RemotingCommand, ext: dict[str, str]) -> tuple[list[MessageInner], int]:
         ctx = self.ctx
-        topic = ext_str(ext, "topic")
-        ext_str(ext, "producerGroup")
-        queue_id = ext_int(ext, "queueId")
-        sys_flag = ext_int(ext, "sysFlag")
-        born_ts = ext_int(ext, "bornTimestamp")
-        flag = ext_int(ext, "flag")
+        try:  # every required field present and decimal (values are str): read inline
+            topic = ext["topic"]
+            ext["producerGroup"]
+            queue_id = int(ext["queueId"])
+            sys_flag = int(ext["sysFlag"])
+            born_ts = int(ext["bornTimestamp"])
+            flag = int(ext["flag"])
+        except (KeyError, TypeError, ValueError):  # the checked reads raise the right HeaderError, in order
+            topic = ext_str(ext, "topic")
+            ext_str(ext, "producerGroup")
+            queue_id = ext_int(ext, "queueId")
+            sys_flag = ext_int(ext, "sysFlag")
+            born_ts = ext_int(ext, "bornTimestamp")
+            flag = ext_int(ext, "flag")
         tc = self._check_topic(conn, ext, topic, batch=False)
         queue_id = self._pick_queue(conn, tc, queue_id)
         props = decode_properties(ext.get("properties"))
@@ -327,6 +340,23 @@ class SendProcessor:
     # ----- response -----
     def _response(self, req: RemotingCommand, result: PutResult, queue_id: int) -> RemotingCommand:
         status = result.status
+        if status is PutStatus.PUT_OK:  # the common answer: built in one step (same fields as below)
+            cfg = self.ctx.config
+            ids = result.msg_ids
+            resp = _new_command(RemotingCommand)
+            resp.code = _SUCCESS
+            resp.language = "JAVA"
+            resp.version = CURRENT_VERSION
+            resp.opaque = req.opaque
+            resp.flag = FLAG_RESPONSE
+            resp.remark = None
+            resp.ext_fields = {"MSG_REGION": cfg.region_id, "TRACE_ON": "true" if cfg.trace_on else "false",
+                               "msgId": ids[0] if len(ids) == 1 else ",".join(ids), "queueId": str(queue_id),
+                               "queueOffset": str(result.queue_offset)}
+            resp.body = None
+            resp.serialize_type = req.serialize_type
+            self.ctx.stats.on_put(result.msg_count or 1, result.wrote_bytes)
+            return resp
         code, remark = _PUT_CODES.get(status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR DEFAULT"))
         resp = req.response(code, remark)
         ext = self._base_ext()

@@ -34,6 +34,7 @@ _SKIP_PREFIXES = ("%RETRY%", "%DLQ%")
 _SKIP_TOPICS = frozenset({"RMQ_SYS_TRANS_OP_HALF_TOPIC"})
 _STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
                      PutStatus.SLAVE_NOT_AVAILABLE})
+_PUT_OK = PutStatus.PUT_OK
 _OK = int(ResponseCode.SUCCESS)
 
 # value: (producer group or None when rebuilt from the CommitLog, store time ms, offset msgId, queueId, queueOffset)
@@ -128,6 +129,10 @@ class DedupService:
 
     # ---- SendHook ----
     def before_put(self, conn: Any, req: RemotingCommand, msgs: list[Any]) -> RemotingCommand | None:
+        if len(msgs) == 1:  # hot path: a single send whose key was never seen needs no more lookups
+            key = msgs[0].properties.get(Prop.UNIQ_KEY)
+            if key is None or key not in self.table.entries:
+                return None
         ext = req.ext_fields or {}
         group = ext.get("producerGroup") or ext.get("a") or ""
         now = self.env.clock.now_ms()
@@ -157,7 +162,8 @@ class DedupService:
         return resp
 
     def after_put(self, conn: Any, req: RemotingCommand, msgs: list[Any], result: Any) -> None:
-        if result.status not in _STORED or not msgs:
+        status = result.status
+        if (status is not _PUT_OK and status not in _STORED) or not msgs:  # `is` first: Enum hashing is slow
             return
         ext = req.ext_fields or {}
         group = ext.get("producerGroup") or ext.get("a") or ""

@@ -4,6 +4,7 @@ coroutine that answers after the group commit; both give the same response as th
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import time
 
@@ -81,4 +82,51 @@ def test_refused_send_is_answered_synchronously_in_sync_flush(tmp_path):
     ctx = make_ctx(tmp_path, "SYNC_FLUSH")
     r = SendProcessor(ctx).dispatch(FakeConn(), send_req("SCHEDULE_TOPIC_XXXX"))
     assert isinstance(r, RemotingCommand) and r.code == ResponseCode.SYSTEM_ERROR
+    asyncio.run(ctx.store.shutdown())
+
+
+def _raw_req(ext: dict[str, str], v2: bool) -> RemotingCommand:
+    code = RequestCode.SEND_MESSAGE_V2 if v2 else RequestCode.SEND_MESSAGE
+    return RemotingCommand.request(code, to_send_v2(ext) if v2 else ext, b"body")
+
+
+@pytest.mark.parametrize("v2", [False, True])
+@pytest.mark.parametrize(("drop", "bad", "remark"), [
+    ("topic", None, "the custom field <topic> is null"),
+    ("producerGroup", None, "the custom field <producerGroup> is null"),
+    ("queueId", None, "the custom field <queueId> is null"),
+    ("bornTimestamp", None, "the custom field <bornTimestamp> is null"),
+    (None, ("sysFlag", "x1"), "the custom field <sysFlag> is not a number: 'x1'"),
+    (None, ("flag", ""), "the custom field <flag> is not a number: ''"),
+    # two bad fields: the first in the header's check order is reported (topic before queueId)
+    ("topic", ("queueId", "nope"), "the custom field <topic> is null"),
+    ("queueId", ("sysFlag", "?"), "the custom field <queueId> is null"),
+])
+def test_missing_or_bad_required_field_gives_system_error_with_the_checked_remark(tmp_path, v2, drop, bad, remark):
+    ctx = make_ctx(tmp_path, "ASYNC_FLUSH")
+    ext = {"producerGroup": "PG", "topic": "T1", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+           "queueId": "0", "sysFlag": "0", "bornTimestamp": "1700000000000", "flag": "0", "properties": ""}
+    if drop:
+        del ext[drop]
+    if bad:
+        ext[bad[0]] = bad[1]
+    r = SendProcessor(ctx).dispatch(FakeConn(), _raw_req(ext, v2))
+    assert isinstance(r, RemotingCommand)
+    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, remark)
+    assert ctx.store.max_phys_offset == 0  # nothing stored
+    asyncio.run(ctx.store.shutdown())
+
+
+def test_put_ok_response_has_every_field_of_a_built_response(tmp_path):
+    ctx = make_ctx(tmp_path, "ASYNC_FLUSH")
+    ctx.config = dataclasses.replace(ctx.config, region_id="RegionX", trace_on=False)
+    req = send_req("T1")
+    req.serialize_type = 1  # ROCKETMQ binary: the answer keeps the request's serialization
+    r = SendProcessor(ctx).dispatch(FakeConn(), req)
+    assert isinstance(r, RemotingCommand)
+    want = req.response(ResponseCode.SUCCESS, None, {"MSG_REGION": "RegionX", "TRACE_ON": "false",
+                                                     "msgId": r.ext_fields["msgId"], "queueId": "0",
+                                                     "queueOffset": "0"})
+    assert r == want and len(r.ext_fields["msgId"]) == 32
+    assert ctx.stats.put_msgs_total == 1
     asyncio.run(ctx.store.shutdown())
