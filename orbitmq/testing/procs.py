@@ -9,6 +9,7 @@ import asyncio
 import atexit
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -43,6 +44,9 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec (Linu
 
 
 # ---- ports ---------------------------------------------------------------------------------------------
+_port_rng = random.Random()  # seeded from os.urandom: parallel test processes pick different ports
+
+
 def _can_bind(port: int, host: str = LOCALHOST) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -53,8 +57,28 @@ def _can_bind(port: int, host: str = LOCALHOST) -> bool:
     return True
 
 
+def _test_port_range() -> tuple[int, int] | None:
+    """Ports just below the kernel's ephemeral range (outgoing connections never take their local port there)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if low < 4096:
+        return None
+    return max(1025, low - 12_000), low - 4
+
+
 def free_port(host: str = LOCALHOST) -> int:
-    """A TCP port nobody listens on right now (the OS picks it; a tiny race remains, as everywhere)."""
+    """A TCP port nobody uses right now. Chosen below the ephemeral range: a port the OS hands out as the local
+    port of an outgoing connection (a broker's connection to a name server, say) could otherwise be taken between
+    this check and the server's bind ("address already in use" at start-up). A tiny race remains, as everywhere."""
+    span = _test_port_range()
+    if span is not None:
+        for _ in range(500):
+            p = _port_rng.randint(*span)
+            if _can_bind(p, host):
+                return p
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
