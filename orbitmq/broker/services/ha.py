@@ -23,13 +23,14 @@ from orbitmq.base.errors import OrbitMQError
 from orbitmq.broker.context import BrokerContext
 from orbitmq.broker.handlers import admin as admin_handlers
 from orbitmq.broker.handlers import offsets as offset_handlers
+from orbitmq.broker.member_group import fetch_group_members
 from orbitmq.broker.metadata.data_version import DataVersion, loads_lenient
 from orbitmq.broker.metadata.groups import decode_group_wrapper
 from orbitmq.broker.metadata.offset_versions import DelayOffsetTable, merge_max_nested
 from orbitmq.broker.metadata.topics import _decode_wrapper as decode_topic_wrapper
 from orbitmq.broker.services import ServiceEnv
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from orbitmq.protocol.bodies import BrokerMemberGroup, ClusterInfo, ConsumerOffsetSerializeWrapper, KVTable
+from orbitmq.protocol.bodies import ClusterInfo, ConsumerOffsetSerializeWrapper, KVTable
 from orbitmq.protocol.bodies.admin import DelayOffsetSerializeWrapper
 from orbitmq.protocol.bodies.register import DataVersion as WireDataVersion
 from orbitmq.replication import HAClient, HAMaster, HAServer, ReplicationConfig
@@ -160,29 +161,8 @@ class HAService:
             await asyncio.sleep(MEMBER_REFRESH_S)
 
     async def group_members(self) -> dict[int, str] | None:
-        """The group's live members {brokerId: addr} from the first name server that answers: GET_BROKER_MEMBER_GROUP
-        (901), else the cluster info's entry (a name server without 901). None if no name server answered."""
-        cfg = self.ctx.config
-        client = self.env.client
-        for ns in cfg.namesrv_addrs:
-            header = {"clusterName": cfg.broker_cluster_name, "brokerName": cfg.broker_name}
-            try:
-                resp = await client.invoke(ns, RemotingCommand.request(RequestCode.GET_BROKER_MEMBER_GROUP, header),
-                                           REQUEST_TIMEOUT_MS)
-                if resp.code == ResponseCode.SUCCESS and resp.body:
-                    return dict(BrokerMemberGroup.from_json(resp.body).broker_addrs)
-                if resp.code == ResponseCode.SUCCESS:
-                    return {}
-                resp = await client.invoke(ns, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO),
-                                           REQUEST_TIMEOUT_MS)
-            except OrbitMQError as e:
-                log.debug("member group from %s failed: %r", ns, e)
-                continue
-            if resp.code != ResponseCode.SUCCESS or not resp.body:
-                continue
-            bd = ClusterInfo.from_json(resp.body).broker_addr_table.get(cfg.broker_name)
-            return dict(bd.broker_addrs) if bd is not None else {}
-        return None
+        """The group's live members {brokerId: addr} (broker/member_group.py); None if no name server answered."""
+        return await fetch_group_members(self.env.client, self.ctx.config, REQUEST_TIMEOUT_MS)
 
     # ---- slave: finding the master -------------------------------------------------------------------
     def _adopt_master_ha_info(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:

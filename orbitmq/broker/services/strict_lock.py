@@ -17,6 +17,7 @@ from typing import Any
 
 from orbitmq.base.errors import OrbitMQError, ProtocolError
 from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.member_group import fetch_group_members
 from orbitmq.broker.queue_locks import (
     QueueLockTable,
     forward_targets,
@@ -27,7 +28,7 @@ from orbitmq.broker.queue_locks import (
 from orbitmq.broker.services import ServiceEnv
 from orbitmq.model.topic import MessageQueue
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from orbitmq.protocol.bodies import BrokerMemberGroup, ClusterInfo, LockBatchBody, LockBatchResponseBody
+from orbitmq.protocol.bodies import LockBatchBody, LockBatchResponseBody
 
 log = logging.getLogger(__name__)
 
@@ -140,24 +141,7 @@ class StrictLockService:
         return dict(self._members)
 
     async def _fetch_members(self) -> dict[int, str] | None:
-        """GET_BROKER_MEMBER_GROUP from the first name server that answers; an old name server (not SUCCESS)
-        → this group's entry of its cluster info. None when no name server answered."""
-        cfg = self.ctx.config
-        ext = {"clusterName": cfg.broker_cluster_name, "brokerName": cfg.broker_name}
-        for ns in cfg.namesrv_addrs:
-            try:
-                resp = await self.env.client.invoke(
-                    ns, RemotingCommand.request(RequestCode.GET_BROKER_MEMBER_GROUP, ext), NAMESRV_TIMEOUT_MS)
-                if resp.code == ResponseCode.SUCCESS and resp.body:
-                    return dict(BrokerMemberGroup.from_json(resp.body).broker_addrs)
-                resp = await self.env.client.invoke(
-                    ns, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), NAMESRV_TIMEOUT_MS)
-                if resp.code == ResponseCode.SUCCESS and resp.body:
-                    bd = ClusterInfo.from_json(resp.body).broker_addr_table.get(cfg.broker_name)
-                    return dict(bd.broker_addrs) if bd is not None else {}
-            except (OrbitMQError, OSError, ValueError, TypeError) as e:
-                log.debug("strict lock: member group from %s failed: %r", ns, e)
-        return None
+        return await fetch_group_members(self.env.client, self.ctx.config, NAMESRV_TIMEOUT_MS)
 
 
 def _decode(req: RemotingCommand) -> LockBatchBody | None:
