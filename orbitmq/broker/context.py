@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from orbitmq.broker.group_stats import GroupGetStats
+
 if TYPE_CHECKING:
     from orbitmq.broker.client_registry import ClientRegistry
     from orbitmq.broker.config import BrokerConfig
@@ -58,6 +60,7 @@ class BrokerContext:
     set_isolated: Callable[[bool], None] = _noop_flag  # True: no registration/heartbeat (pre-online); app.py wires it
     runtime_extras: list[Callable[[], dict[str, str]]] = field(default_factory=list)  # GET_BROKER_RUNTIME_INFO adds
     escape: Any = None  # escape.EscapeBridge: where special services (delay, transaction, pop revive) write
+    group_stats: GroupGetStats = field(default_factory=GroupGetStats)  # per group/topic pull rate (consumeTps)
 
     def serves_as_master(self) -> bool:
         """A master (not isolated), or a slave acting as its group's master: runs the special (scanning)

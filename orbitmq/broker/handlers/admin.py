@@ -220,13 +220,14 @@ def _stats_handlers(ctx: BrokerContext) -> dict[int, Handler]:
         topic = ext_str(cmd.ext_fields, "topic", "")
         topics = sorted(ctx.offsets.topics_of_group(group)) if not topic else [topic]
         online = ctx.clients.consumer_group(group)
-        stats = ConsumeStats()  # consumeTps stays 0.0: BrokerStats keeps no per-group pull rate
+        stats = ConsumeStats()
         for t in topics:
             tc = ctx.topics.get(t)
             if tc is None:
                 continue
             if online is not None and online.subscriptions and t not in online.subscriptions:
                 continue  # the online group no longer subscribes to this topic
+            stats.consume_tps += ctx.group_stats.tps(group, t)  # Java: sum of the topics' GROUP_GET_NUMS tps
             for qid in range(tc.read_queue_nums):
                 broker_offset = max(0, store.get_max_offset_in_queue(t, qid))
                 consumer_offset = max(0, ctx.offsets.query(group, t, qid))

@@ -350,6 +350,8 @@ class PopService:
             self._commit(key, end)
         body, start_info, msg_info, rest = self._encode(taken, cks, pop_time, invisible_ms, rqid, bn)
         self.ctx.stats.on_get(sum(len(t[3]) for t in taken), len(body))
+        for (g, real_topic, _q), _start, _end, msgs in taken:
+            self.ctx.group_stats.on_get(g, real_topic, len(msgs))
         resp = req.response(ResponseCode.SUCCESS, None, body=body)
         resp.ext_fields = {"popTime": str(pop_time), "invisibleTime": str(invisible_ms), "reviveQid": str(rqid),
                            "restNum": str(rest), "startOffsetInfo": start_info, "msgOffsetInfo": msg_info}

@@ -13,7 +13,9 @@ import pytest
 from orbitmq.broker.client_registry import ClientRegistry
 from orbitmq.broker.config import BrokerConfig
 from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.group_stats import WINDOW_S, GroupGetStats
 from orbitmq.broker.handlers import admin
+from orbitmq.broker.handlers import pull as pull_mod
 from orbitmq.broker.metadata import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
 from orbitmq.broker.stats import BrokerStats
 from orbitmq.model.topic import MessageQueue, TopicConfig
@@ -231,7 +233,7 @@ def test_consume_stats(env: Env) -> None:
     assert (w0.broker_offset, w0.consumer_offset, w0.last_timestamp) == (2, 1, first.store_timestamp)
     assert (w1.broker_offset, w1.consumer_offset, w1.last_timestamp) == (1, 0, 0)
     assert stats.total_diff() == 2
-    assert b'"consumeTps":0.0' in resp.body
+    assert b'"consumeTps":0.0' in resp.body  # nothing pulled yet
     # no topic header: every topic the group has offsets for
     all_topics = ConsumeStats.from_json(env.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "G"}).body)
     assert {mq.topic for mq in all_topics.offset_table} == {"S", "Other"}
@@ -239,6 +241,39 @@ def test_consume_stats(env: Env) -> None:
     env.consumer("G", "c1", ["S"])
     online = ConsumeStats.from_json(env.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "G"}).body)
     assert {mq.topic for mq in online.offset_table} == {"S"}
+
+
+def test_consume_stats_tps_from_pulls(env: Env) -> None:
+    clock = [5_000_000]
+    env.ctx.group_stats = GroupGetStats(lambda: clock[0])
+    env.ctx.topics.create_or_update(TopicConfig("S", 1, 1, 6))
+    env.ctx.topics.create_or_update(TopicConfig("U", 1, 1, 6))
+    for _ in range(3):
+        env.put("S", 0)
+    env.put("U", 0)
+    env.consumer("G", "c1", ["S", "U"])
+    env.consumer("Other", "c2", ["S"])
+    proc = pull_mod.build(env.ctx)
+
+    def pull(topic: str, offset: int, group: str = "G") -> RemotingCommand:
+        resp = proc.handle(FakeConn("127.0.0.1:5555"), RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": group, "topic": topic, "queueId": "0", "queueOffset": str(offset), "maxMsgNums": "32",
+            "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
+            "subVersion": "0"}))
+        assert resp is not None
+        return resp
+
+    assert pull("S", 0).code == ResponseCode.SUCCESS  # 3 messages
+    assert pull("S", 3).code != ResponseCode.SUCCESS  # nothing: not counted
+    assert pull("U", 0).code == ResponseCode.SUCCESS  # 1 message
+    assert pull("S", 0, group="Other").code == ResponseCode.SUCCESS  # another group: not G's rate
+    env.ctx.offsets.commit("G", "S", 0, 3)
+    env.ctx.offsets.commit("G", "U", 0, 1)
+    clock[0] += 1000  # the pulls' second is complete
+    one = ConsumeStats.from_json(env.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "G", "topic": "S"}).body)
+    assert one.consume_tps == 3 / WINDOW_S
+    both = ConsumeStats.from_json(env.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "G"}).body)
+    assert both.consume_tps == 4 / WINDOW_S
 
 
 def test_consumer_and_producer_connection_lists(env: Env) -> None:
