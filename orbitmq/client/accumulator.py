@@ -1,10 +1,11 @@
 """SendAccumulator: coalesces concurrent single sends into batches (the producer's opt-in `auto_batch`).
 
-Sends added while a batch of their key is open join it; the batch closes at the end of the current event-loop
-iteration (linger 0: `loop.call_soon`) or after the linger delay, or as soon as it is full (message count or bytes).
-A closed batch holding one live send is handed back to that send's own task (`ALONE`: it goes out as a plain send);
-two or more are dispatched together by one task of the accumulator, which fans the per-message results (or the one
-error) out to the waiting futures. Wire encoding, queue choice and retries are the dispatcher's job (producer.py).
+The first send of a key opens a batch and yields once to the event loop (linger 0) or waits the linger delay;
+sends made meanwhile join that batch, which then closes (or earlier, as soon as it is full: message count or
+bytes). A closed batch holding one live send is handed back to that send (`ALONE`: it goes out as a plain send from
+its own task, as without auto-batching); two or more are dispatched together by one task of the accumulator, which
+fans the per-message results (or the one error) out to the waiting futures. Wire encoding, queue choice and
+retries are the dispatcher's job (producer.py).
 
 A waiter cancelled before its batch closes is dropped from it; cancelled after, it is simply not answered. close()
 dispatches every open batch and waits for the batches in flight, so no waiter is left hanging.
@@ -36,13 +37,12 @@ class Pending:
 
 
 class _Batch:
-    __slots__ = ("key", "items", "size", "handle")
+    __slots__ = ("key", "items", "size")
 
     def __init__(self, key: Hashable) -> None:
         self.key = key
         self.items: list[Pending] = []
         self.size = 0
-        self.handle: asyncio.Handle | None = None
 
 
 Dispatch = Callable[[Hashable, list[Pending]], Coroutine[Any, Any, list[R]]]
@@ -70,35 +70,39 @@ class SendAccumulator(Generic[R]):
         """Sends accumulated and not yet dispatched."""
         return sum(len(b.items) for b in self._open.values())
 
-    def add(self, key: Hashable, msg: Message, props: str, size: int) -> asyncio.Future[Any]:
-        """Accumulate one send (its record must fit max_bytes); the future resolves to its result, raises its
-        batch's error, or resolves to ALONE."""
+    async def submit(self, key: Hashable, msg: Message, props: str, size: int) -> Any:
+        """Accumulate one send (its record must fit max_bytes) and wait: -> its result, or ALONE; raises its
+        batch's error."""
         if self.closed:
             raise ClientStateError(f"{self.name} is shut down")
-        loop = asyncio.get_running_loop()
         batch = self._open.get(key)
         if batch is not None and batch.size + size > self.max_bytes:
             self._close(batch)
             batch = None
+        leader = batch is None
         if batch is None:
             batch = self._open[key] = _Batch(key)
-            if self.linger_s > 0:
-                batch.handle = loop.call_later(self.linger_s, self._close, batch)
-            else:
-                batch.handle = loop.call_soon(self._close, batch)
-        fut: asyncio.Future[Any] = loop.create_future()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         batch.items.append(Pending(msg, props, size, fut))
         batch.size += size
         if len(batch.items) >= self.max_messages:
             self._close(batch)
-        return fut
+        elif leader:
+            try:
+                if self.linger_s > 0:
+                    await asyncio.wait((fut,), timeout=self.linger_s)  # returns early when the batch filled up
+                else:
+                    await asyncio.sleep(0)  # one loop iteration: sends woken in this one join the batch
+            except BaseException:
+                fut.cancel()  # leaves the batch; the others are still dispatched
+                self._close(batch)
+                raise
+            self._close(batch)
+        return await fut
 
     def _close(self, batch: _Batch) -> None:
         if self._open.get(batch.key) is batch:
             del self._open[batch.key]
-        if batch.handle is not None:
-            batch.handle.cancel()
-            batch.handle = None
         live = [p for p in batch.items if not p.future.done()]  # a cancelled waiter leaves its batch
         batch.items = []
         if not live:

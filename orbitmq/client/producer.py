@@ -317,7 +317,7 @@ class Producer:
             prepared = self._prepare(msg)  # not compressed (body <= compress_over_bytes), not a retry topic
             size = _RECORD_OVERHEAD + len(prepared[0]) + len(prepared[2].encode("utf-8"))
             if size <= acc.max_bytes:
-                r = await acc.add((msg.topic, msg.properties.get(Prop.WAIT)), msg, prepared[2], size)
+                r = await acc.submit((msg.topic, msg.properties.get(Prop.WAIT)), msg, prepared[2], size)
                 if r is not ALONE:
                     return r  # type: ignore[no-any-return]
             body, sys_flag, props, rt, mrt = prepared

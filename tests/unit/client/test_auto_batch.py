@@ -393,15 +393,21 @@ def test_accumulator_hands_a_lone_send_back_and_dispatches_groups() -> None:
             return [f"r-{p.msg.body.decode()}" for p in items]
 
         acc: SendAccumulator[str] = SendAccumulator(dispatch, max_messages=10, max_bytes=100)
-        lone = acc.add("k", Message("T", b"a"), "", 10)
-        assert len(acc) == 1
-        assert await lone is ALONE and calls == []
-        futs = [acc.add("k", Message("T", b), "", 40) for b in (b"1", b"2", b"3")]  # 3 x 40 > 100 bytes
-        assert len(acc) == 1  # the first two were closed when the third did not fit
-        assert await asyncio.gather(*futs) == ["r-1", "r-2", ALONE]
+        assert await acc.submit("k", Message("T", b"a"), "", 10) is ALONE and calls == []
+        tasks = [asyncio.create_task(acc.submit("k", Message("T", b), "", 40)) for b in (b"1", b"2", b"3")]
+        await asyncio.sleep(0)
+        assert len(acc) == 1  # 3 x 40 > 100 bytes: the first two were closed when the third did not fit
+        assert await asyncio.gather(*tasks) == ["r-1", "r-2", ALONE]
         assert calls == [("k", [b"1", b"2"])]
+        # the batch's first send (which closes it) cancelled: the others are still dispatched
+        tasks = [asyncio.create_task(acc.submit("k", Message("T", b), "", 1)) for b in (b"4", b"5", b"6")]
+        await asyncio.sleep(0)
+        tasks[0].cancel()
+        out = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(out[0], asyncio.CancelledError) and out[1:] == ["r-5", "r-6"]
+        assert calls[-1] == ("k", [b"5", b"6"])
         await acc.close(1)
         with pytest.raises(ClientStateError):
-            acc.add("k", Message("T", b"x"), "", 1)
+            await acc.submit("k", Message("T", b"x"), "", 1)
 
     run(main())
