@@ -221,8 +221,8 @@ class Producer:
             self._acc = self._new_accumulator()
 
     async def shutdown(self) -> None:
-        """Accumulated sends are dispatched and awaited first (cancelled, failing their waiters with
-        ClientStateError, past send_timeout_ms)."""
+        """Accumulated sends are dispatched and awaited first; a batch still in flight send_timeout_ms + 1 s later
+        is cancelled and its waiters get ClientStateError."""
         inst = self._inst
         if inst is None:
             return
