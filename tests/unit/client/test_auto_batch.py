@@ -150,7 +150,10 @@ def test_a_lone_send_is_a_plain_send_message_v2_as_without_auto_batch() -> None:
         (_, c1), (_, c2) = plain.requests[0], auto.requests[0]
         h1, h2 = dict(c1.ext_fields), dict(c2.ext_fields)
         assert h1.pop("g") and h2.pop("g")  # born timestamps
-        assert h1 == h2 and c1.body == c2.body
+        p1, p2 = decode_properties(h1.pop("i")), decode_properties(h2.pop("i"))
+        assert p1.pop(Prop.UNIQ_KEY) == r1.msg_id and p2.pop(Prop.UNIQ_KEY) == r2.msg_id  # time-based ids
+        assert h1 == h2 and p1 == p2 and c1.body == c2.body
+        r2.msg_id = r1.msg_id
         assert r1 == r2
 
     run(main())
@@ -409,5 +412,35 @@ def test_accumulator_hands_a_lone_send_back_and_dispatches_groups() -> None:
         await acc.close(1)
         with pytest.raises(ClientStateError):
             await acc.submit("k", Message("T", b"x"), "", 1)
+
+    run(main())
+
+
+def test_a_full_batch_does_not_wait_for_the_linger() -> None:
+    async def main() -> None:
+        b = FakeBroker()
+        p = make(b, auto_batch_linger_ms=600_000, auto_batch_max_messages=3)
+        rs = await asyncio.gather(*(p.send(m) for m in msgs(3)))  # would hang for the linger if it waited
+        assert b.batch_sizes() == [3] and [r.queue_offset for r in rs] == [0, 1, 2]
+
+    run(main())
+
+
+def test_send_batch_keeps_its_retry_policy_on_the_shared_loop() -> None:
+    async def main() -> None:
+        b = FakeBroker()
+        failures: list[Any] = [RemotingTimeoutError("lost (test)"), None]
+        b.responder = lambda addr, cmd: failures.pop(0) if failures else None
+        p = make(b, auto_batch=False, dedup=False)
+        ms = msgs(3)
+        r = await p.send_batch(ms)
+        (a1, c1), (a2, c2) = b.requests
+        assert a1 != a2 and c1.body == c2.body  # another broker, same keys (send_batch never re-keys)
+        assert r.msg_id == ",".join(m.properties[Prop.UNIQ_KEY] for m in ms) and r.queue_offset == 0
+        b.requests.clear()
+        failures[:] = [RemotingTimeoutError("lost (test)")]
+        with pytest.raises(RemotingTimeoutError):  # an explicit queue is tried once
+            await p.send_batch(msgs(2), queue=MessageQueue("T", "broker-b", 3))
+        assert [(a, normalize_send_header(c.ext_fields)["queueId"]) for a, c in b.requests] == [("10.0.0.2:10911", "3")]
 
     run(main())
