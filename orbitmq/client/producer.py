@@ -1,5 +1,5 @@
 """Producer: sync-style async sends with Java-equivalent queue selection and retries, oneway, batch, orderly
-(sharding key) and callback sends.
+(sharding key) and callback sends; opt-in auto-batching of concurrent sends (accumulator.py).
 
 The hot path is lean: per-topic header templates and cached publish queue lists; one dict copy per send.
 """
@@ -10,7 +10,7 @@ import asyncio
 import logging
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 from orbitmq.base import marks
 from orbitmq.base.clock import monotonic_ms, now_ms
 from orbitmq.base.errors import RemotingError
+from orbitmq.client.accumulator import ALONE, Pending, SendAccumulator
 from orbitmq.client.errors import (
     SEND_RETRY_CODES,
     ClientError,
@@ -36,6 +37,13 @@ from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+AUTO_BATCH_MAX_MESSAGES = 32
+AUTO_BATCH_MAX_BYTES = 256 * 1024
+# a message carrying any of these goes alone: delayed / timer / transactional, or already keyed (a re-send, which
+# broker dedup answers per request: a batch is answered from memory only when every key in it was seen)
+_SOLO_PROPS = frozenset({Prop.UNIQ_KEY, Prop.DELAY, Prop.TRAN_MSG, Prop.TIMER_DELIVER_MS, Prop.START_DELIVER_TIME,
+                         Prop.TIMER_DELAY_SEC, "TIMER_DELAY_MS"})
+_RECORD_OVERHEAD = 22  # batch record: 20-byte head + 2-byte properties length
 SYSFLAG_COMPRESSED = 0x1
 _TOPIC_CHARS = frozenset("%|abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body crc, flag, body length
@@ -122,6 +130,35 @@ def encode_batch_body(msgs: list[Message], props_list: list[str]) -> bytes:
     return b"".join(parts)
 
 
+def split_batch_response(resp: RemotingCommand, mq: MessageQueue, uniqs: list[str]) -> list[SendResult]:
+    """One SendResult per message of a stored batch: its own UNIQ_KEY, its own offset id (the comma-separated
+    `msgId` split) and queue offset (first + index); queue and status are the batch's."""
+    status = _STATUS_BY_CODE[resp.code]  # type: ignore[index]
+    ext = resp.ext_fields or {}
+    qid = int(ext.get("queueId", mq.queue_id))
+    queue = MessageQueue(mq.topic, mq.broker_name, qid) if qid != mq.queue_id else mq
+    ids = ext.get("msgId", "").split(",")
+    first = int(ext.get("queueOffset", -1))
+    region = ext.get("MSG_REGION", "DefaultRegion")
+    return [SendResult(status, u, ids[i] if i < len(ids) else "", queue, first + i if first >= 0 else -1, region)
+            for i, u in enumerate(uniqs)]
+
+
+@dataclass(slots=True)
+class OutgoingSend:
+    """What one send request carries, kept across retry attempts (re-keyed when dedup is off)."""
+
+    code: int
+    body: bytes
+    sys_flag: int
+    props: str
+    flag: int
+    rt: int
+    mrt: int | None
+    msgs: list[Message]
+    batch: bool = False
+
+
 def parse_send_response(resp: RemotingCommand, addr: str, mq: MessageQueue, uniq: str) -> SendResult:
     status = _STATUS_BY_CODE.get(resp.code)  # type: ignore[call-overload]
     if status is None:
@@ -136,7 +173,14 @@ def parse_send_response(resp: RemotingCommand, addr: str, mq: MessageQueue, uniq
 class Producer:
     def __init__(self, group: str, namesrv: str, *, send_timeout_ms: int = 3000, retry_times: int = 2,
                  compress_over_bytes: int = 4096, default_topic_queue_nums: int = 4, dedup: bool = True,
-                 instance_name: str | None = None, compress_level: int = 5, _internal: bool = False) -> None:
+                 instance_name: str | None = None, compress_level: int = 5, auto_batch: bool = False,
+                 auto_batch_max_messages: int = AUTO_BATCH_MAX_MESSAGES, auto_batch_max_bytes: int = AUTO_BATCH_MAX_BYTES,
+                 auto_batch_linger_ms: float = 0, _internal: bool = False) -> None:
+        """auto_batch: concurrent send() calls of batchable messages (same topic and WAIT, no explicit queue, no
+        delay/timer/transaction, not %RETRY%, body <= compress_over_bytes) made in the same event-loop iteration
+        (or within auto_batch_linger_ms of the first) go out as one SEND_BATCH_MESSAGE of at most
+        auto_batch_max_messages messages / auto_batch_max_bytes bytes; each send() still gets its own SendResult.
+        A lone send is a plain SEND_MESSAGE_V2. Off by default."""
         if not group:
             raise ClientStateError("producer group is empty")
         self.group = group
@@ -148,6 +192,11 @@ class Producer:
         self.default_topic_queue_nums = default_topic_queue_nums
         self.dedup = dedup
         self.instance_name = instance_name
+        self.auto_batch = auto_batch
+        self.auto_batch_max_messages = auto_batch_max_messages
+        self.auto_batch_max_bytes = min(auto_batch_max_bytes, MAX_MESSAGE_SIZE)
+        self.auto_batch_linger_ms = auto_batch_linger_ms
+        self._acc: SendAccumulator[SendResult] | None = self._new_accumulator() if auto_batch else None
         self._internal = _internal  # a consumer's helper: shares CLIENT_INNER_PRODUCER, never (un)registers
         self._inst: ClientInstance | None = None
         self._ids: UniqIdGenerator | None = None
@@ -168,11 +217,18 @@ class Producer:
                 raise
         self._inst = inst
         self._ids = UniqIdGenerator(inst.client_ip)
+        if self.auto_batch and self._acc is None:
+            self._acc = self._new_accumulator()
 
     async def shutdown(self) -> None:
+        """Accumulated sends are dispatched and awaited first; a batch still in flight send_timeout_ms + 1 s later
+        is cancelled and its waiters get ClientStateError."""
         inst = self._inst
         if inst is None:
             return
+        acc, self._acc = self._acc, None
+        if acc is not None:
+            await acc.close(self.send_timeout_ms / 1000 + 1)
         await self._tasks.close()
         self._tasks = TaskSet(f"producer {self.group}")
         self._inst = None
@@ -192,6 +248,11 @@ class Producer:
         if inst is None:
             raise ClientStateError(f"producer {self.group} is not started")
         return inst
+
+    def _new_accumulator(self) -> SendAccumulator[SendResult]:
+        return SendAccumulator(self._send_accumulated, max_messages=self.auto_batch_max_messages,
+                               max_bytes=self.auto_batch_max_bytes, linger_ms=self.auto_batch_linger_ms,
+                               name=f"producer {self.group}")
 
     def _template(self, topic: str) -> dict[str, str]:
         t = self._templates.get(topic)
@@ -235,26 +296,66 @@ class Producer:
         uid = msg.properties[Prop.UNIQ_KEY] = self._ids.next_id(now_ms())
         return uid
 
+    def _rekey(self, req: OutgoingSend) -> None:
+        """A retry with dedup off: every message of the request gets a fresh UNIQ_KEY."""
+        for m in req.msgs:
+            self._new_uniq(m)
+        if req.batch:
+            req.body = encode_batch_body(req.msgs, [self._prepare(m)[2] for m in req.msgs])
+        else:
+            req.body, req.sys_flag, req.props, req.rt, req.mrt = self._prepare(req.msgs[0])
+
     # ---- sends ------------------------------------------------------------------------------------------------
     async def send(self, msg: Message, *, queue: MessageQueue | None = None) -> SendResult:
         """Send and wait for the broker. Retries (on another broker when possible) for codes {1,14,16,17,204,205}
-        and network errors, up to 1 + retry_times attempts within send_timeout_ms. An explicit queue is tried once."""
+        and network errors, up to 1 + retry_times attempts within send_timeout_ms. An explicit queue is tried once.
+        With auto_batch, a batchable message may travel in one SEND_BATCH_MESSAGE with concurrent sends."""
         inst = self._instance()
-        body, sys_flag, props, rt, mrt = self._prepare(msg)
-        attempts = 1 if queue is not None else 1 + self.retry_times
-        return await self._send_with_retry(inst, msg, body, sys_flag, props, rt, mrt, attempts,
-                                           lambda pi, last: queue if queue is not None else pi.select(last))
+        acc = self._acc
+        if (acc is not None and queue is None and msg.body and len(msg.body) <= self.compress_over_bytes
+                and _SOLO_PROPS.isdisjoint(msg.properties) and not msg.topic.startswith("%RETRY%")):
+            prepared = self._prepare(msg)  # not compressed (body <= compress_over_bytes), not a retry topic
+            size = _RECORD_OVERHEAD + len(prepared[0]) + len(prepared[2].encode("utf-8"))
+            if size <= acc.max_bytes:
+                r = await acc.submit((msg.topic, msg.properties.get(Prop.WAIT)), msg, prepared[2], size)
+                if r is not ALONE:
+                    return r  # type: ignore[no-any-return]
+            body, sys_flag, props, rt, mrt = prepared
+        else:
+            body, sys_flag, props, rt, mrt = self._prepare(msg)
+        req = OutgoingSend(RequestCode.SEND_MESSAGE_V2, body, sys_flag, props, msg.flag, rt, mrt, [msg])
+        if queue is None:
+            resp, addr, mq = await self._invoke_send(inst, msg.topic, 1 + self.retry_times, None, req, True)
+        else:
+            resp, addr, mq = await self._invoke_send(inst, msg.topic, 1, lambda pi, last: queue, req, True)
+        return parse_send_response(resp, addr, mq, msg.properties[Prop.UNIQ_KEY])
 
     async def send_orderly(self, msg: Message, sharding_key: str) -> SendResult:
         """Send to queue java_hash(sharding_key) % n: the same key always lands on the same queue."""
         inst = self._instance()
         body, sys_flag, props, rt, mrt = self._prepare(msg)
-        return await self._send_with_retry(inst, msg, body, sys_flag, props, rt, mrt, 1 + self.retry_times,
-                                           lambda pi, last: pi.select_by_key(sharding_key))
+        req = OutgoingSend(RequestCode.SEND_MESSAGE_V2, body, sys_flag, props, msg.flag, rt, mrt, [msg])
+        resp, addr, mq = await self._invoke_send(inst, msg.topic, 1 + self.retry_times,
+                                                 lambda pi, last: pi.select_by_key(sharding_key), req, True)
+        return parse_send_response(resp, addr, mq, msg.properties[Prop.UNIQ_KEY])
 
-    async def _send_with_retry(self, inst: ClientInstance, msg: Message, body: bytes, sys_flag: int, props: str,
-                               rt: int, mrt: int | None, attempts: int,
-                               pick: Callable[[PublishInfo, str | None], MessageQueue]) -> SendResult:
+    async def _send_accumulated(self, key: Hashable, items: list[Pending]) -> list[SendResult]:
+        """The accumulator's dispatcher: one SEND_BATCH_MESSAGE (same retry policy as send()) -> per-message
+        results."""
+        inst = self._instance()
+        topic, wait = key  # type: ignore[misc]
+        msgs = [p.msg for p in items]
+        batch_props = encode_properties({Prop.WAIT: wait}) if wait is not None else ""
+        req = OutgoingSend(RequestCode.SEND_BATCH_MESSAGE, encode_batch_body(msgs, [p.props for p in items]), 0,
+                           batch_props, 0, 0, None, msgs, batch=True)
+        resp, _addr, mq = await self._invoke_send(inst, topic, 1 + self.retry_times, None, req, True)
+        return split_batch_response(resp, mq, [m.properties[Prop.UNIQ_KEY] for m in msgs])
+
+    async def _invoke_send(self, inst: ClientInstance, topic: str, attempts: int,
+                           pick: Callable[[PublishInfo, str | None], MessageQueue] | None, req: OutgoingSend,
+                           rekey: bool) -> tuple[RemotingCommand, str, MessageQueue]:
+        """The retry loop of every send: -> (a stored-status response, broker address, queue). `pick` None is
+        round-robin avoiding the last failed broker; `rekey` lets dedup=False give each retry fresh UNIQ_KEYs."""
         deadline = monotonic_ms() + self.send_timeout_ms
         last_broker: str | None = None
         last_err: Exception | None = None
@@ -262,37 +363,37 @@ class Producer:
             remaining = deadline - monotonic_ms()
             if remaining <= 0:
                 break
-            if attempt > 0 and not self.dedup:
-                self._new_uniq(msg)
-                body, sys_flag, props, rt, mrt = self._prepare(msg)
+            if attempt > 0 and rekey and not self.dedup:
+                self._rekey(req)
             mq: MessageQueue | None = None
             try:
-                pi = inst.routes.publish_info(msg.topic)  # cached route: no coroutine on the hot path
+                pi = inst.routes.publish_info(topic)  # cached route: no coroutine on the hot path
                 if pi is None or not pi.queues:
-                    pi = await inst.publish_info(msg.topic, self.default_topic_queue_nums)
-                mq = pick(pi, last_broker)
+                    pi = await inst.publish_info(topic, self.default_topic_queue_nums)
+                mq = pi.select(last_broker) if pick is None else pick(pi, last_broker)
                 addr = pi.route.master_addr(mq.broker_name)
                 if addr is None:
                     raise NoRouteError(f"broker {mq.broker_name} has no master")
-                header = build_send_header(self._template(msg.topic), mq.queue_id, sys_flag, now_ms(), msg.flag,
-                                           props, rt, mrt, False, mq.broker_name)
-                cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header, body)
-                resp = await inst.invoke(addr, cmd, remaining)
-                return parse_send_response(resp, addr, mq, msg.properties[Prop.UNIQ_KEY])
+                header = build_send_header(self._template(topic), mq.queue_id, req.sys_flag, now_ms(), req.flag,
+                                           req.props, req.rt, req.mrt, req.batch, mq.broker_name)
+                resp = await inst.invoke(addr, RemotingCommand.request(req.code, header, req.body), remaining)
+                if resp.code not in _STATUS_BY_CODE:
+                    raise error_for_response(resp.code, resp.remark, addr)
+                return resp, addr, mq
             except ResponseError as e:
                 if e.code not in SEND_RETRY_CODES:
                     raise
                 last_err = e
                 if e.code == ResponseCode.TOPIC_NOT_EXIST:
-                    inst.routes.remove(msg.topic)
+                    inst.routes.remove(topic)
             except (RemotingError, NoRouteError) as e:
                 last_err = e
             marks.hit("producer send retry")
             if mq is not None:
                 last_broker = mq.broker_name
-            log.debug("send of %s attempt %d failed: %s", msg.topic, attempt + 1, last_err)
+            log.debug("send of %s attempt %d failed: %s", topic, attempt + 1, last_err)
         if last_err is None:
-            raise RemotingError(f"send to {msg.topic} timed out after {self.send_timeout_ms} ms")
+            raise RemotingError(f"send to {topic} timed out after {self.send_timeout_ms} ms")
         raise last_err
 
     async def send_oneway(self, msg: Message) -> None:
@@ -337,36 +438,12 @@ class Producer:
         if len(body) > MAX_MESSAGE_SIZE:
             raise MessageValidationError(f"batch of {len(body)} bytes exceeds {MAX_MESSAGE_SIZE}")
         batch_props = encode_properties({Prop.WAIT: wait}) if wait is not None else ""
-        uniq = ",".join(uniqs)
-        batch_msg = Message(topic, body, {Prop.UNIQ_KEY: uniq})
-        deadline = monotonic_ms() + self.send_timeout_ms
-        last_broker: str | None = None
-        last_err: Exception | None = None
-        for _attempt in range(1 if queue is not None else 1 + self.retry_times):
-            remaining = deadline - monotonic_ms()
-            if remaining <= 0:
-                break
-            try:
-                pi = await inst.publish_info(topic, self.default_topic_queue_nums)
-                mq = queue if queue is not None else pi.select(last_broker)
-                last_broker = mq.broker_name
-                addr = pi.route.master_addr(mq.broker_name)
-                if addr is None:
-                    raise NoRouteError(f"broker {mq.broker_name} has no master")
-                header = build_send_header(self._template(topic), mq.queue_id, 0, now_ms(), 0, batch_props,
-                                           batch=True, broker_name=mq.broker_name)
-                resp = await inst.invoke(addr, RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, header,
-                                                                       body), remaining)
-                return parse_send_response(resp, addr, mq, batch_msg.properties[Prop.UNIQ_KEY])
-            except ResponseError as e:
-                if e.code not in SEND_RETRY_CODES:
-                    raise
-                last_err = e
-            except (RemotingError, NoRouteError) as e:
-                last_err = e
-        if last_err is None:
-            raise RemotingError(f"batch send to {topic} timed out after {self.send_timeout_ms} ms")
-        raise last_err
+        req = OutgoingSend(RequestCode.SEND_BATCH_MESSAGE, body, 0, batch_props, 0, 0, None, msgs, batch=True)
+        if queue is None:
+            resp, addr, mq = await self._invoke_send(inst, topic, 1 + self.retry_times, None, req, False)
+        else:
+            resp, addr, mq = await self._invoke_send(inst, topic, 1, lambda pi, last: queue, req, False)
+        return parse_send_response(resp, addr, mq, ",".join(uniqs))
 
     def send_async(self, msg: Message, callback: Callable[[SendResult | None, BaseException | None], Any] | None
                    = None) -> asyncio.Future[SendResult]:

@@ -30,6 +30,8 @@ def test_producer_signature():
     p = params(client.Producer.__init__)
     assert p["send_timeout_ms"] == 3000 and p["retry_times"] == 2 and p["compress_over_bytes"] == 4096
     assert p["default_topic_queue_nums"] == 4 and p["dedup"] is True
+    assert p["auto_batch"] is False and p["auto_batch_max_messages"] == 32
+    assert p["auto_batch_max_bytes"] == 256 * 1024 and p["auto_batch_linger_ms"] == 0
     for m in ("start", "shutdown", "send", "send_oneway", "send_batch", "send_orderly"):
         assert inspect.iscoroutinefunction(getattr(client.Producer, m)), m
     assert not inspect.iscoroutinefunction(client.Producer.send_async)
