@@ -1,7 +1,8 @@
 """Benchmark orchestration: for each system/mode run the selected load shapes and report the results.
 
 `python -m bench [options]` or `.venv/bin/python bench/run.py [options]`; `orbitmq bench ...` calls run_bench().
-Order per system: 8-sender sends, batched sends, fill, drain, paced latency, 32-sender sends, memory top-up.
+Order per system: 8-sender sends, 8-sender sends with SDK auto-batching (OrbitMQ), batched sends, fill, drain, paced
+latency, 32-sender sends, memory top-up.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from bench.workloads import PhaseAborted, PhaseResult, batch_send, closed_loop_s
 
 SYSTEMS = ("orbitmq", "rabbitmq", "nats")
 MODES = ("async", "sync")
-SHAPES = ("send", "batch", "consume", "latency", "memory")
+SHAPES = ("send", "autobatch", "batch", "consume", "latency", "memory")
 GIB = 1 << 30
+CPU_PRODUCE_PHASES = ("send_c8", "send_c8_auto", "batch")  # each + consume gives one CPU-per-million figure
 
 
 @dataclass
@@ -80,9 +82,10 @@ class _Run:
             self.result.phases[name] = res
         self.progress.done(desc, res)
 
-    async def send(self, name: str, concurrency: int) -> None:
+    async def send(self, name: str, concurrency: int, auto_batch: bool = False) -> None:
         desc, meter = self._meter(name, self.opts.send_messages)
-        res = await closed_loop_send(name, self.driver, self.opts.send_messages, concurrency, self.body, meter)
+        res = await closed_loop_send(name, self.driver, self.opts.send_messages, concurrency, self.body, meter,
+                                     auto_batch)
         self._record(name, desc, res, produced=True)
 
     async def batch(self, name: str, count: int, keep: bool = True) -> None:
@@ -122,12 +125,17 @@ class _Run:
         }
 
     def finish(self) -> None:
+        """Server CPU per million messages produced and consumed, for each producing shape that ran."""
         phases = self.result.phases
-        send, cons = phases.get("send_c8"), phases.get("consume")
-        if send and cons and send.server_cpu_s is not None and cons.server_cpu_s is not None \
-                and send.messages and cons.messages:
-            self.result.cpu_s_per_million = (send.server_cpu_s / send.messages
-                                             + cons.server_cpu_s / cons.messages) * 1e6
+        cons = phases.get("consume")
+        if cons is None or cons.server_cpu_s is None or not cons.messages:
+            return
+        for name in CPU_PRODUCE_PHASES:
+            prod = phases.get(name)
+            if prod is not None and prod.server_cpu_s is not None and prod.messages:
+                self.result.cpu_per_million[name] = (prod.server_cpu_s / prod.messages
+                                                     + cons.server_cpu_s / cons.messages) * 1e6
+        self.result.cpu_s_per_million = self.result.cpu_per_million.get("send_c8")
 
 
 async def run_system(opts: BenchOptions, system: str, mode: str, progress: LiveProgress,
@@ -141,6 +149,8 @@ async def run_system(opts: BenchOptions, system: str, mode: str, progress: LiveP
         await driver.prepare(destination)
         if "send" in shapes:
             await run.send("send_c8", opts.concurrency)
+        if "autobatch" in shapes and driver.supports_auto_batch:
+            await run.send("send_c8_auto", opts.concurrency, auto_batch=True)
         if "batch" in shapes:
             await run.batch("batch", opts.send_messages)
         if "consume" in shapes:

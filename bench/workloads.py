@@ -65,9 +65,10 @@ def _record_error(meter: Meter, exc: BaseException, errors: list[str]) -> None:
 
 
 async def closed_loop_send(name: str, driver: Driver, count: int, concurrency: int, body: bytes,
-                           meter: Meter) -> PhaseResult:
-    """`concurrency` senders, each waiting for the broker's ack before sending its next message."""
-    send = driver.send
+                           meter: Meter, auto_batch: bool = False) -> PhaseResult:
+    """`concurrency` senders, each waiting for the broker's ack before sending its next message (through the
+    driver's auto-batching client when `auto_batch`)."""
+    send = driver.send_auto if auto_batch else driver.send
     size = len(body)
     lat = Latencies()
     samples = lat.samples

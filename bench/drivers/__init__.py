@@ -38,6 +38,12 @@ class Driver:
         """Send several messages in one go and wait until all are acknowledged."""
         raise NotImplementedError
 
+    supports_auto_batch = False  # True: send_auto() exists
+
+    async def send_auto(self, body: bytes) -> None:
+        """As send(), through a client that coalesces concurrent sends into batches (no added linger)."""
+        raise NotImplementedError
+
     async def consume(self, count: int, meter: Meter) -> None:
         """Receive `count` messages from the start of the destination, acking them; bump meter per message."""
         raise NotImplementedError

@@ -1,5 +1,6 @@
 """OrbitMQ driver: starts `orbitmq standalone` (own process, free ports, temp data dir) per flush mode and drives
-it with the OrbitMQ SDK: Producer.send / send_batch, and a PushConsumer (new group, from the first offset).
+it with the OrbitMQ SDK: Producer.send / send_batch, a second Producer with auto_batch=True (concurrent sends
+coalesced into SEND_BATCH_MESSAGE requests) and a PushConsumer (new group, from the first offset).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class OrbitDriver(Driver):
         self._dir = Path(tempfile.mkdtemp(prefix=f"orbitmq-bench-{mode}-"))
         self._proc: ServerProcess | None = None
         self._producer: Producer | None = None
+        self._auto: Producer | None = None
+        self._wants_auto = "autobatch" in getattr(options, "shapes", ())
         self._topic = ""
         self.namesrv = ""
         self.broker_addr = ""
@@ -68,6 +71,10 @@ class OrbitDriver(Driver):
         await asyncio.to_thread(wait_broker_registered, self.namesrv, self.broker_addr, 60.0, proc=self._proc)
         self._producer = Producer("bench-producer", namesrv=self.namesrv, send_timeout_ms=10_000)
         await self._producer.start()
+        if self._wants_auto:
+            self._auto = Producer("bench-producer-auto", namesrv=self.namesrv, send_timeout_ms=10_000,
+                                  auto_batch=True)
+            await self._auto.start()
 
     async def prepare(self, destination: str) -> None:
         self._topic = destination.replace(".", "_")
@@ -93,6 +100,12 @@ class OrbitDriver(Driver):
     async def send(self, body: bytes) -> None:
         assert self._producer is not None
         await self._producer.send(Message(self._topic, body))
+
+    supports_auto_batch = True
+
+    async def send_auto(self, body: bytes) -> None:
+        assert self._auto is not None
+        await self._auto.send(Message(self._topic, body))
 
     async def send_batch(self, bodies: list[bytes]) -> None:
         assert self._producer is not None
@@ -124,8 +137,9 @@ class OrbitDriver(Driver):
         return self._proc.pid if self._proc is not None else None
 
     async def stop(self) -> None:
-        if self._producer is not None:
-            await self._producer.shutdown()
+        for producer in (self._producer, self._auto):
+            if producer is not None:
+                await producer.shutdown()
         if self._proc is not None:
             code = await asyncio.to_thread(self._proc.terminate, 60.0)
             if code not in (0, None):

@@ -16,10 +16,10 @@ import click
 from orbitmq.cli import EXIT_FAILURE, CliError, run_async
 
 SHAPES_BY_COMMAND = {
-    "producer": ["send", "batch"],
+    "producer": ["send", "autobatch", "batch"],
     "consumer": ["consume"],
     "latency": ["latency"],
-    "all": ["send", "batch", "consume", "latency", "memory"],
+    "all": ["send", "autobatch", "batch", "consume", "latency", "memory"],
 }
 
 
