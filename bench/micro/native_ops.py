@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable
 
 OPS = ["java_hash", "decode_properties", "encode_record", "decode_record", "decode_pull32", "store_put",
-       "send_single", "send_batch32"]
-PER_OP_MESSAGES = {"send_batch32": 32, "decode_pull32": 32}
+       "store_put_batch32", "send_single", "send_batch32"]
+PER_OP_MESSAGES = {"send_batch32": 32, "decode_pull32": 32, "store_put_batch32": 32}
 WARMUP = int(os.environ.get("NATIVE_OPS_WARMUP", "300"))
 
 
@@ -97,6 +97,29 @@ def _send_op(name: str, root: str) -> tuple[Callable[[], object], Callable[[], N
                                                     "127.0.0.1:5555", "127.0.0.1:10911", 0, 0)])
         return put, close
 
+    if name == "store_put_batch32":  # what SEND_BATCH_MESSAGE hands the store: 32 messages of one queue
+        batches: list[list[MessageInner]] = []
+
+        def make_batch() -> list[MessageInner]:
+            seq[0] += 1
+            out = []
+            for i in range(32):
+                props = {"UNIQ_KEY": f"7F0000010F3A18B4AAC2{seq[0]:010X}{i:02X}", "WAIT": "true", "TAGS": "TagA",
+                         "CLUSTER": "C"}
+                out.append(MessageInner("LoadT", seq[0] & 3, body, props, 0, 0, 1_700_000_000_000,
+                                        "127.0.0.1:5555", "127.0.0.1:10911", 0, 0))
+            return out
+
+        def prepare_batches(n: int) -> None:  # built before the measured part
+            batches.extend(make_batch() for _ in range(n))
+            batches.reverse()
+
+        def put_batch() -> None:
+            store.put_messages_nowait(batches.pop())
+
+        put_batch.prepare = prepare_batches  # type: ignore[attr-defined]
+        return put_batch, close
+
     cfg = BrokerConfig(listen_port=10911, broker_ip1="127.0.0.1")
     cfg_dir = os.path.join(root, "config")
     ctx = BrokerContext(cfg, store, TopicConfigManager(cfg_dir, cfg), SubscriptionGroupManager(cfg_dir, cfg),
@@ -136,7 +159,7 @@ def run(name: str, n: int) -> float:
     """Run `name` WARMUP + n times; returns CPU seconds of the n measured runs."""
     with tempfile.TemporaryDirectory(prefix="orbitmq-ops-") as root:
         close: Callable[[], None] = lambda: None  # noqa: E731
-        if name in ("store_put", "send_single", "send_batch32"):
+        if name in ("store_put", "store_put_batch32", "send_single", "send_batch32"):
             fn, close = _send_op(name, root)
         else:
             fn = _codec_op(name)

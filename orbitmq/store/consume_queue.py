@@ -463,6 +463,7 @@ class ConsumeQueueTable:
         self._disk = disk
         self._queues: dict[str, dict[int, ConsumeQueue]] = {}
         self._all: list[ConsumeQueue] = []
+        self._last: ConsumeQueue | None = None  # the queue of the last dispatch (dropped with its topic)
         self.last_dispatch_timestamp = 0  # store time of the newest dispatched record (checkpoint logics time)
 
     def load(self) -> None:
@@ -519,6 +520,7 @@ class ConsumeQueueTable:
 
     def delete_topic(self, topic: str) -> None:
         qs = self._queues.pop(topic, None)
+        self._last = None
         if qs:
             for cq in qs.values():
                 cq.destroy()
@@ -533,9 +535,12 @@ class ConsumeQueueTable:
         tx = req.sys_flag & 0xC
         if tx == 4 or tx == 12:  # PREPARED / ROLLBACK halves never reach a consumer queue
             return
-        qs = self._queues.get(req.topic)
-        cq = qs.get(req.queue_id) if qs is not None else None
-        if cq is None:
-            cq = self._new_queue(req.topic, req.queue_id)
+        cq = self._last  # a batch dispatches a run of requests of one queue
+        if cq is None or cq.queue_id != req.queue_id or cq.topic != req.topic:
+            qs = self._queues.get(req.topic)
+            cq = qs.get(req.queue_id) if qs is not None else None
+            if cq is None:
+                cq = self._new_queue(req.topic, req.queue_id)
+            self._last = cq
         cq.put(req.phys_offset, req.size, req.tags_code, req.queue_offset)
         self.last_dispatch_timestamp = req.store_timestamp

@@ -407,8 +407,11 @@ class IndexService:
             return
         uniq, keys = req.uniq_key, req.keys
         ts = req.store_timestamp
-        if uniq:
-            self._put(f"{req.topic}#{uniq}", phys, ts)
+        if uniq:  # _put inlined (one per record on the send path)
+            f = self._files[-1] if self._files else None
+            if f is None or f.index_count >= f.index_num:
+                f = self._new_file(f, ts)
+            f.put(index_key_hash(f"{req.topic}#{uniq}"), phys, ts)
         if keys:
             for k in keys.split(" "):
                 if k:
