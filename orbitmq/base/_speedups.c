@@ -16,6 +16,8 @@
  *                                    model/record.py iter_records_py: consecutive common records, (list, next pos)
  *   index_put(buf, entries_at, slot_num, n, key_hash, phys, store_ts, begin_ts, begin_phys, slot_count)
  *                                    store/index_file.py index_put_py: entry n, its slot and the header in place
+ *   split_batch_body(body)           broker/handlers/send.py decode_batch_body_py; None whenever the body is
+ *                                    malformed (the Python decoder raises the error)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -530,6 +532,64 @@ static PyObject *sp_index_put(PyObject *self, PyObject *const *args, Py_ssize_t 
     return PyLong_FromLong(prev);
 }
 
+/* ---- SEND_BATCH_MESSAGE body (API 2) ------------------------------------------------------------------- */
+/* split_batch_body(body) -> [(flag, body bytes, properties str)], or None when the body is malformed in any way
+ * (the Python decoder, broker/handlers/send.py decode_batch_body_py, then raises the ValueError that says why).
+ * Record: total size, magic, body crc, flag, body length (5 x int), body, short properties length, UTF-8 text. */
+static PyObject *sp_split_batch_body(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len, pos = 0;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) goto error;
+    while (pos < n) {
+        if (n - pos < 20) goto malformed;
+        int32_t total = (int32_t)get32(b + pos);
+        int32_t flag = (int32_t)get32(b + pos + 12);
+        int32_t body_len = (int32_t)get32(b + pos + 16);
+        if (body_len < 0 || (Py_ssize_t)body_len > n - pos - 22) goto malformed;
+        Py_ssize_t p = pos + 20 + body_len;
+        int16_t props_len = (int16_t)(((unsigned)b[p] << 8) | b[p + 1]);
+        if (props_len < 0 || (Py_ssize_t)props_len > n - p - 2) goto malformed;
+        Py_ssize_t end = p + 2 + props_len;
+        if ((Py_ssize_t)total != end - pos) goto malformed;
+        PyObject *props = PyUnicode_DecodeUTF8((const char *)b + p + 2, props_len, NULL);
+        if (props == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto error;
+            PyErr_Clear();
+            goto malformed;
+        }
+        PyObject *item = PyTuple_New(3);
+        PyObject *fl = PyLong_FromLong(flag);
+        PyObject *data = PyBytes_FromStringAndSize((const char *)b + pos + 20, body_len);
+        if (item == NULL || fl == NULL || data == NULL) {
+            Py_XDECREF(item);
+            Py_XDECREF(fl);
+            Py_XDECREF(data);
+            Py_DECREF(props);
+            goto error;
+        }
+        PyTuple_SET_ITEM(item, 0, fl);
+        PyTuple_SET_ITEM(item, 1, data);
+        PyTuple_SET_ITEM(item, 2, props);
+        int rc = PyList_Append(out, item);
+        Py_DECREF(item);
+        if (rc < 0) goto error;
+        pos = end;
+    }
+    PyBuffer_Release(&view);
+    return out;
+malformed:
+    Py_DECREF(out);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"crc32", sp_crc32, METH_O, "zlib.crc32(data) (unsigned)."},
     {"java_hash", sp_java_hash, METH_O, "Java String.hashCode over UTF-16 code units, signed 32-bit."},
@@ -542,6 +602,8 @@ static PyMethodDef methods[] = {
      "Decode the common record (V1 magic, IPv4 hosts) or return None."},
     {"index_put", (PyCFunction)(void (*)(void))sp_index_put, METH_FASTCALL,
      "IndexFile put: entry, slot and header written in place; returns prev."},
+    {"split_batch_body", sp_split_batch_body, METH_O,
+     "SEND_BATCH_MESSAGE body -> [(flag, body, properties text)], None when malformed."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -559,7 +621,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     /* native.py loads the module only when this matches its API_VERSION: a stale build from an older source
      * (an editable install not rebuilt) is ignored instead of missing functions. Bump it with every change of a
      * function's contract or the set of functions. */
-    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 1) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 2) < 0) {
         Py_DECREF(m);
         return NULL;
     }

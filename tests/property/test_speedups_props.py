@@ -252,3 +252,41 @@ def test_iter_records_twins(body, cold_memo) -> None:
         record_mod.decode_properties, record_mod.decode_record = saved
     event(f"{len(want)} items, error={bool(want) and isinstance(want[-1], tuple)}")
     assert got == want
+
+
+@st.composite
+def _batch_body(draw) -> bytes:
+    """A SEND_BATCH_MESSAGE body (records of 5 ints, body, short-prefixed UTF-8 properties), sometimes with a
+    wrong size field, invalid UTF-8, a flipped byte or cut short."""
+    raw = bytearray()
+    for _ in range(draw(st.integers(0, 5))):
+        body = draw(st.binary(max_size=300))
+        props = draw(st.one_of(_prop_text, st.text(max_size=40))).encode("utf-8", "surrogatepass")
+        if draw(st.integers(0, 9)) == 0:
+            props += b"\xff"  # not UTF-8
+        total = 20 + len(body) + 2 + len(props) + (draw(st.sampled_from([1, -1])) if draw(st.integers(0, 9)) == 0 else 0)
+        raw += struct.pack(">iiiii", total, 0, zlib.crc32(body) & 0x7FFFFFFF, draw(_i32), len(body)) + body
+        raw += struct.pack(">h", len(props)) + props
+    if raw and draw(st.integers(0, 3)) == 0:
+        i = draw(st.integers(0, len(raw) - 1))
+        raw[i] = draw(st.integers(0, 255))
+    if draw(st.integers(0, 3)) == 0:
+        raw = raw[: draw(st.integers(0, len(raw)))]
+    return bytes(raw)
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=_batch_body(), as_view=st.booleans())
+def test_split_batch_body_twins(body, as_view) -> None:
+    from orbitmq.broker.handlers.send import decode_batch_body_py
+
+    arg = memoryview(body) if as_view else body
+    want = _outcome(decode_batch_body_py, arg)
+    got = native.split_batch_body(arg)
+    event(f"{want[0]}, {len(want[1]) if want[0] == 'ok' else 0} records")
+    if want[0] == "ok":
+        assert got == want[1]
+        assert all(type(b) is bytes and type(p) is str for _f, b, p in got)
+    else:
+        assert want[1] is ValueError or issubclass(want[1], ValueError)
+        assert got is None
