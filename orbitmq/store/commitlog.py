@@ -21,6 +21,7 @@ from orbitmq.model.record import (
     BORNHOST_V6_FLAG,
     STOREHOST_V6_FLAG,
     encode_record_into,
+    encode_run_into,
     pack_host_port,
     record_size,
 )
@@ -157,6 +158,7 @@ class CommitLog:
         max_body = self.config.max_message_size
         max_record = self._max_record
         props_list: list[bytes] = []
+        sizes: list[int] = []
         total = 0
         for m in msgs:
             props_b = encode_properties(m.properties).encode("utf-8")
@@ -164,6 +166,7 @@ class CommitLog:
             if len(m.body) > max_body or len(props_b) > MAX_PROPERTIES_SIZE or size > max_record:
                 return None
             props_list.append(props_b)
+            sizes.append(size)
             total += size
         if total + BLANK_SIZE > self.segments.segment_size:
             return None
@@ -177,32 +180,27 @@ class CommitLog:
         table = self.topic_queue_table
         key = f"{topic_s}-{queue_id}"
         first_queue_offset = queue_offset = table.get(key, 0)
-        id_prefix = store.hex().upper()  # msg id: (store host + phys as >q).hex().upper(), phys >= 0
         schedule = topic_s == SCHEDULE_TOPIC
         delay_levels = self.config.message_delay_level
+        try:
+            msg_ids = encode_run_into(buf, pos, topic, born, store, queue_id, queue_offset, base, store_ts, msgs,
+                                      props_list, store.hex().upper())  # (store host + phys as >q).hex().upper()
+        except (struct.error, OverflowError, ValueError, TypeError):  # a header field out of its Java range
+            return Appended(PutResult(PutStatus.MESSAGE_ILLEGAL), -1, [])  # no queue offset taken yet
+        phys = base + pos
         requests: list[DispatchRequest] = []
-        msg_ids: list[str] = []
         add_request = requests.append
-        add_id = msg_ids.append
-        for m, props_b in zip(msgs, props_list, strict=True):
-            phys = base + pos
-            try:
-                n = encode_record_into(
-                    buf, pos, topic, m.body, props_b, queue_id, m.flag, m.sys_flag & _NOT_V6, m.born_timestamp,
-                    born, store, m.reconsume_times, m.prepared_transaction_offset, queue_offset, phys, store_ts, None,
-                )
-            except (struct.error, OverflowError, ValueError, TypeError):  # a header field out of its Java range
-                return Appended(PutResult(PutStatus.MESSAGE_ILLEGAL), -1, [])  # nothing taken yet
+        for m, size in zip(msgs, sizes, strict=True):
             props = m.properties
             add_request(DispatchRequest(
-                topic_s, queue_id, phys, n,
+                topic_s, queue_id, phys, size,
                 delivery_time(props, store_ts, delay_levels) if schedule else tag_code(props.get(Prop.TAGS)),
                 store_ts, queue_offset, props.get(Prop.KEYS), props.get(Prop.UNIQ_KEY), m.sys_flag,
                 m.prepared_transaction_offset, props,
             ))
-            add_id(f"{id_prefix}{phys:016X}")
             queue_offset += 1
-            pos += n
+            phys += size
+        pos += total
         table[key] = queue_offset
         seg.backing.mark_written(start_pos, pos)
         seg.wrote_position = pos

@@ -80,6 +80,12 @@ def _one_queue_batch(data: st.DataObject) -> list[MessageInner]:
     return out
 
 
+def _taken(table: dict[str, int]) -> dict[str, int]:
+    """The queue offsets taken. A batch refused part-way leaves "topic-queue": 0 behind on the general path (it
+    takes and gives back); the fast path takes nothing. Both read as 0 (table.get(key, 0))."""
+    return {k: v for k, v in table.items() if v}
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_fast_path_equals_general_path(data: st.DataObject) -> None:
@@ -90,7 +96,7 @@ def test_fast_path_equals_general_path(data: st.DataObject) -> None:
         assert a.result == b.result
         assert a.end_offset == b.end_offset
         assert a.requests == b.requests
-        assert fast.topic_queue_table == ref.topic_queue_table
+        assert _taken(fast.topic_queue_table) == _taken(ref.topic_queue_table)
         assert fast.last_store_timestamp == ref.last_store_timestamp
         assert fast.max_offset == ref.max_offset
     assert len(fast.segments.segments) == len(ref.segments.segments)

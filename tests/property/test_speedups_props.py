@@ -290,3 +290,48 @@ def test_split_batch_body_twins(body, as_view) -> None:
     else:
         assert want[1] is ValueError or issubclass(want[1], ValueError)
         assert got is None
+
+
+@st.composite
+def _run_msg(draw):
+    from orbitmq.store.results import MessageInner
+
+    ints = [draw(_i32), draw(st.integers(0, 0x3F) | _i32), draw(_i64), draw(_i32), draw(_i64)]
+    if draw(st.integers(0, 7)) == 0:
+        ints[draw(st.integers(0, 4))] = draw(_any_int)  # a field out of its Java range
+    flag, sys_flag, born_ts, reconsume, prepared = ints
+    return MessageInner("T", 0, draw(st.binary(max_size=200)), {}, flag, sys_flag, born_ts, "", "", reconsume,
+                        prepared)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    msgs=st.lists(_run_msg(), max_size=5),
+    props=st.lists(st.binary(max_size=60) | st.just(b"p" * 32768), min_size=5, max_size=5),
+    topic=st.binary(max_size=130),
+    hosts=st.tuples(st.sampled_from(_HOSTS), st.sampled_from(_HOSTS)),
+    ints=st.tuples(_i32, _i64 | st.integers(2**63 - 3, 2**63 - 1), st.integers(0, 2**40) | _i64
+                   | st.integers(2**63 - 300, 2**63 - 1), _i64),
+    pos=st.integers(0, 64),
+    slack=st.integers(-300, 64),
+    prefix=st.sampled_from(["7F00000100002A9F", "", "é1"]),
+    bytearray_buf=st.booleans(),
+    short_props=st.booleans(),
+)
+def test_encode_run_into_twins(msgs, props, topic, hosts, ints, pos, slack, prefix, bytearray_buf,
+                               short_props) -> None:
+    born, store = pack_host(*hosts[0]), pack_host(*hosts[1])
+    props = props[: len(msgs) - 1 if short_props and msgs else len(msgs)]
+    queue_id, queue_offset, seg_base, store_ts = ints
+    fixed = 48 + len(born) + 8 + len(store) + 16 + 1 + len(topic) + 2
+    need = sum(fixed + len(m.body) + len(p) for m, p in zip(msgs, props, strict=False))
+    n = max(0, pos + need + slack)
+    bufs = [bytearray(b"\xee" * n) for _ in range(2)]
+    targets = bufs if bytearray_buf else [memoryview(b) for b in bufs]
+    results = [
+        _outcome(fn, t, pos, topic, born, store, queue_id, queue_offset, seg_base, store_ts, msgs, props, prefix)
+        for fn, t in ((native.encode_run_into, targets[0]), (record_mod.encode_run_into_py, targets[1]))
+    ]
+    event(f"{results[0][0]}")
+    assert results[0] == results[1]
+    assert bufs[0] == bufs[1]  # the same records written (up to a failing one)
