@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from orbitmq.base import marks
 from orbitmq.base.errors import ConfigError, CorruptionError
 from orbitmq.base.invariant import check
-from orbitmq.store.disk import Backing, Disk
+from orbitmq.store.disk import Backing, Disk, tracks_writes
 from orbitmq.store.dispatch import DispatchRequest
 from orbitmq.store.layout import CQ_ENTRY, CQ_ENTRY_SIZE, CQ_FILLER, parse_segment_name, segment_name
 
@@ -32,13 +32,14 @@ Entry = tuple[int, int, int]  # (phys_offset, size, tags_code)
 class _Seg:
     """One segment file; `start` is its byte offset in the queue's logical file."""
 
-    __slots__ = ("start", "path", "backing", "buf")
+    __slots__ = ("start", "path", "backing", "buf", "tracked")
 
     def __init__(self, start: int, path: str, backing: Backing) -> None:
         self.start = start
         self.path = path
         self.backing = backing
         self.buf = backing.buf
+        self.tracked = tracks_writes(backing)  # put() skips a no-op mark_written
 
 
 def _segment_looks_valid(buf: memoryview, size_bytes: int) -> bool:
@@ -218,7 +219,8 @@ class ConsumeQueue:
                 return False
         rel = pos - seg.start
         _pack_into(seg.buf, rel, phys_offset, size, tags_code)
-        seg.backing.mark_written(rel, rel + _E)
+        if seg.tracked:
+            seg.backing.mark_written(rel, rel + _E)
         self._end_bytes = pos + _E
         self._max_phys = end_phys
         return True

@@ -18,7 +18,7 @@ from orbitmq.base import marks
 from orbitmq.base.errors import ConfigError, CorruptionError
 from orbitmq.base.native import speedups
 from orbitmq.model.tags import index_key_hash
-from orbitmq.store.disk import Backing, Disk
+from orbitmq.store.disk import Backing, Disk, tracks_writes
 from orbitmq.store.dispatch import DispatchRequest
 from orbitmq.store.layout import (
     INDEX_ENTRY,
@@ -83,7 +83,7 @@ class IndexFile:
     """One index file. Header fields are mirrored in attributes and rewritten after every put."""
 
     __slots__ = ("path", "name", "backing", "buf", "slot_num", "index_num", "begin_ts", "end_ts", "begin_phys",
-                 "end_phys", "slot_count", "index_count", "_entries_at", "_dirty_hi")
+                 "end_phys", "slot_count", "index_count", "_entries_at", "_dirty_hi", "_tracked")
 
     def __init__(self, path: str, backing: Backing, slot_num: int, index_num: int) -> None:
         self.path = path
@@ -97,6 +97,7 @@ class IndexFile:
         self.slot_count = 0
         self.index_count = 1  # entry 0 is never used: 0 means "no entry" in slots and chains
         self._dirty_hi = 0  # end of the byte range [0, _dirty_hi) holding unflushed writes
+        self._tracked = tracks_writes(backing)  # put() skips no-op mark_written calls
 
     @property
     def is_full(self) -> bool:
@@ -211,10 +212,11 @@ class IndexFile:
         pos = self._entries_at + n * INDEX_ENTRY_SIZE
         prev = index_put(self.buf, self._entries_at, self.slot_num, n, key_hash, phys_offset, store_timestamp,
                          self.begin_ts, self.begin_phys, self.slot_count)
-        mark = self.backing.mark_written
-        mark(pos, pos + INDEX_ENTRY_SIZE)
-        mark(slot_pos, slot_pos + INDEX_SLOT_SIZE)
-        mark(0, INDEX_HEADER_SIZE)
+        if self._tracked:
+            mark = self.backing.mark_written
+            mark(pos, pos + INDEX_ENTRY_SIZE)
+            mark(slot_pos, slot_pos + INDEX_SLOT_SIZE)
+            mark(0, INDEX_HEADER_SIZE)
         if prev == 0:
             self.slot_count += 1
         self.index_count = n + 1
