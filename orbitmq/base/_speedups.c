@@ -20,6 +20,8 @@
  *                                    malformed (the Python decoder raises the error)
  *   encode_run_into(buf, pos, topic, born, store, queue_id, queue_offset, seg_base, store_ts, msgs, props,
  *                   id_prefix)       model/record.py encode_run_into_py: a one-queue run of records, msg ids
+ *   index_put_key(buf, entries_at, slot_num, n, topic, key, phys, store_ts, begin_ts, begin_phys, slot_count)
+ *                                    store/index_file.py index_put_key_py: index_put of the key "topic#key"
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -712,6 +714,48 @@ done:
     return ids;
 }
 
+/* index_put_key(buf, entries_at, slot_num, n, topic, key, phys_offset, store_timestamp, begin_ts, begin_phys,
+ *               slot_count) -> prev   (API 2)
+ * store/index_file.py index_put_key_py: index_put with key_hash = index_key_hash(f"{topic}#{key}") (abs of the
+ * Java hashCode, MIN_VALUE -> 0), without building the key string when both parts are 1-byte-kind str. */
+static PyObject *sp_index_put_key(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11) {
+        PyErr_Format(PyExc_TypeError, "index_put_key() takes 11 positional arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *topic = args[4], *key = args[5];
+    int32_t h;
+    if (PyUnicode_CheckExact(topic) && PyUnicode_CheckExact(key) && PyUnicode_KIND(topic) == PyUnicode_1BYTE_KIND &&
+        PyUnicode_KIND(key) == PyUnicode_1BYTE_KIND) {
+        uint32_t u = 0;
+        const Py_UCS1 *t = PyUnicode_1BYTE_DATA(topic), *k = PyUnicode_1BYTE_DATA(key);
+        for (Py_ssize_t i = 0, n = PyUnicode_GET_LENGTH(topic); i < n; i++) u = 31u * u + t[i];
+        u = 31u * u + '#';
+        for (Py_ssize_t i = 0, n = PyUnicode_GET_LENGTH(key); i < n; i++) u = 31u * u + k[i];
+        h = (int32_t)u;
+    } else { /* the general form: the key string as the f-string builds it, hashed by java_hash */
+        PyObject *empty = PyUnicode_New(0, 0);
+        PyObject *ts = empty ? PyObject_Format(topic, empty) : NULL;
+        PyObject *ks = ts ? PyObject_Format(key, empty) : NULL;
+        PyObject *text = ks ? PyUnicode_FromFormat("%U#%U", ts, ks) : NULL;
+        PyObject *hv = text ? sp_java_hash(NULL, text) : NULL;
+        Py_XDECREF(empty);
+        Py_XDECREF(ts);
+        Py_XDECREF(ks);
+        Py_XDECREF(text);
+        if (hv == NULL) return NULL;
+        h = (int32_t)PyLong_AsLong(hv);
+        Py_DECREF(hv);
+    }
+    long key_hash = h == INT32_MIN ? 0 : (h < 0 ? -(long)h : (long)h);
+    PyObject *hash_obj = PyLong_FromLong(key_hash);
+    if (hash_obj == NULL) return NULL;
+    PyObject *call[10] = {args[0], args[1], args[2], args[3], hash_obj, args[6], args[7], args[8], args[9], args[10]};
+    PyObject *r = sp_index_put(NULL, call, 10);
+    Py_DECREF(hash_obj);
+    return r;
+}
+
 static PyMethodDef methods[] = {
     {"crc32", sp_crc32, METH_O, "zlib.crc32(data) (unsigned)."},
     {"java_hash", sp_java_hash, METH_O, "Java String.hashCode over UTF-16 code units, signed 32-bit."},
@@ -728,6 +772,8 @@ static PyMethodDef methods[] = {
      "SEND_BATCH_MESSAGE body -> [(flag, body, properties text)], None when malformed."},
     {"encode_run_into", (PyCFunction)(void (*)(void))sp_encode_run_into, METH_FASTCALL,
      "Records of a one-queue run written back to back; returns their msg ids."},
+    {"index_put_key", (PyCFunction)(void (*)(void))sp_index_put_key, METH_FASTCALL,
+     "index_put of index_key_hash(topic + '#' + key); returns prev."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -71,8 +71,17 @@ def index_put_py(buf: bytearray | memoryview, entries_at: int, slot_num: int, n:
     return prev
 
 
+def index_put_key_py(buf: bytearray | memoryview, entries_at: int, slot_num: int, n: int, topic: str, key: str,
+                     phys_offset: int, store_timestamp: int, begin_ts: int, begin_phys: int, slot_count: int) -> int:
+    """index_put_py of the index key "topic#key" (its hash taken here). Pure-Python twin of the native
+    index_put_key (same arguments), which hashes without building the key string."""
+    return index_put_py(buf, entries_at, slot_num, n, index_key_hash(f"{topic}#{key}"), phys_offset,
+                        store_timestamp, begin_ts, begin_phys, slot_count)
+
+
 _native = speedups()
 index_put = index_put_py if _native is None else _native.index_put
+index_put_key = index_put_key_py if _native is None else _native.index_put_key
 
 
 def _min_cut(a: int, b: int) -> int:
@@ -224,6 +233,26 @@ class IndexFile:
         self.end_phys = phys_offset
         if pos + INDEX_ENTRY_SIZE > self._dirty_hi:
             self._dirty_hi = pos + INDEX_ENTRY_SIZE
+
+    def put_key(self, topic: str, key: str, phys_offset: int, store_timestamp: int) -> None:
+        """put(index_key_hash(f"{topic}#{key}"), ...): the hash taken with the write (one native call)."""
+        if self._tracked:  # a backing that logs writes needs the slot position: the general put
+            self.put(index_key_hash(f"{topic}#{key}"), phys_offset, store_timestamp)
+            return
+        n = self.index_count
+        if n == 1:
+            self.begin_ts = store_timestamp
+            self.begin_phys = phys_offset
+        prev = index_put_key(self.buf, self._entries_at, self.slot_num, n, topic, key, phys_offset,
+                             store_timestamp, self.begin_ts, self.begin_phys, self.slot_count)
+        if prev == 0:
+            self.slot_count += 1
+        self.index_count = n + 1
+        self.end_ts = store_timestamp
+        self.end_phys = phys_offset
+        end = self._entries_at + (n + 1) * INDEX_ENTRY_SIZE
+        if end > self._dirty_hi:
+            self._dirty_hi = end
 
     def select(self, key_hash: int, max_num: int, begin_ts: int, end_ts: int, out: list[int]) -> None:
         """Append to `out` the phys offsets of entries with this hash stored in [begin_ts, end_ts], newest first."""
@@ -413,7 +442,7 @@ class IndexService:
             f = self._files[-1] if self._files else None
             if f is None or f.index_count >= f.index_num:
                 f = self._new_file(f, ts)
-            f.put(index_key_hash(f"{req.topic}#{uniq}"), phys, ts)
+            f.put_key(req.topic, uniq, phys, ts)
         if keys:
             for k in keys.split(" "):
                 if k:

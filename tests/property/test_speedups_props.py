@@ -335,3 +335,27 @@ def test_encode_run_into_twins(msgs, props, topic, hosts, ints, pos, slack, pref
     event(f"{results[0][0]}")
     assert results[0] == results[1]
     assert bufs[0] == bufs[1]  # the same records written (up to a failing one)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    topic=st.text(max_size=30) | st.sampled_from(["T", "%RETRY%G", "Topic-\u00e9"]),
+    key=st.text(max_size=40) | st.text("0123456789ABCDEF", min_size=32, max_size=32),
+    n=st.integers(0, 20),
+    phys=_i64,
+    times=st.tuples(_i64, _i64),
+    slot_count=st.integers(0, 2**31 - 2),  # as in test_index_put_twins (a refused header: partial writes differ)
+    as_view=st.booleans(),
+)
+def test_index_put_key_twins(topic, key, n, phys, times, slot_count, as_view) -> None:
+    from orbitmq.store.index_file import index_file_size, index_put_key_py
+
+    slot_num, index_num = 16, 16
+    bufs = [bytearray(index_file_size(slot_num, index_num)) for _ in range(2)]
+    targets = [memoryview(b) for b in bufs] if as_view else bufs
+    store_ts, begin_ts = times
+    args = (40 + slot_num * 4, slot_num, n, topic, key, phys, store_ts, begin_ts, 7, slot_count)
+    want = _outcome(index_put_key_py, targets[1], *args)
+    event(want[0])
+    assert _outcome(native.index_put_key, targets[0], *args) == want
+    assert bufs[0] == bufs[1]
