@@ -3,7 +3,8 @@
 
     .venv/bin/python bench/micro/native_ops.py                 # CPU µs per op, native vs ORBITMQ_PURE_PYTHON=1
     .venv/bin/python bench/micro/native_ops.py --callgrind     # instructions per op (valgrind, slow: ~2 min)
-    .venv/bin/python bench/micro/native_ops.py --run OP N      # one op N times (what the two modes above spawn)
+    .venv/bin/python bench/micro/native_ops.py --run OP N [P]  # one op N times (what the two modes above spawn);
+                                                               # P: inputs prepared up front (default warm-up + N)
     NATIVE_OPS_WARMUP=20000 ...                                # more warm-up runs (default 300)
 
 The send ops run the broker's in-process path for one request: frame decode → SendProcessor.dispatch (header
@@ -23,8 +24,8 @@ import time
 from collections.abc import Callable
 
 OPS = ["java_hash", "decode_properties", "encode_record", "decode_record", "decode_pull32", "store_put",
-       "send_single", "send_batch32"]
-PER_OP_MESSAGES = {"send_batch32": 32, "decode_pull32": 32}
+       "store_put_batch32", "send_single", "send_batch32"]
+PER_OP_MESSAGES = {"send_batch32": 32, "decode_pull32": 32, "store_put_batch32": 32}
 WARMUP = int(os.environ.get("NATIVE_OPS_WARMUP", "300"))
 
 
@@ -97,6 +98,29 @@ def _send_op(name: str, root: str) -> tuple[Callable[[], object], Callable[[], N
                                                     "127.0.0.1:5555", "127.0.0.1:10911", 0, 0)])
         return put, close
 
+    if name == "store_put_batch32":  # what SEND_BATCH_MESSAGE hands the store: 32 messages of one queue
+        batches: list[list[MessageInner]] = []
+
+        def make_batch() -> list[MessageInner]:
+            seq[0] += 1
+            out = []
+            for i in range(32):
+                props = {"UNIQ_KEY": f"7F0000010F3A18B4AAC2{seq[0]:010X}{i:02X}", "WAIT": "true", "TAGS": "TagA",
+                         "CLUSTER": "C"}
+                out.append(MessageInner("LoadT", seq[0] & 3, body, props, 0, 0, 1_700_000_000_000,
+                                        "127.0.0.1:5555", "127.0.0.1:10911", 0, 0))
+            return out
+
+        def prepare_batches(n: int) -> None:  # built before the measured part
+            batches.extend(make_batch() for _ in range(n))
+            batches.reverse()
+
+        def put_batch() -> None:
+            store.put_messages_nowait(batches.pop())
+
+        put_batch.prepare = prepare_batches  # type: ignore[attr-defined]
+        return put_batch, close
+
     cfg = BrokerConfig(listen_port=10911, broker_ip1="127.0.0.1")
     cfg_dir = os.path.join(root, "config")
     ctx = BrokerContext(cfg, store, TopicConfigManager(cfg_dir, cfg), SubscriptionGroupManager(cfg_dir, cfg),
@@ -132,17 +156,19 @@ def _send_op(name: str, root: str) -> tuple[Callable[[], object], Callable[[], N
     return send, close
 
 
-def run(name: str, n: int) -> float:
-    """Run `name` WARMUP + n times; returns CPU seconds of the n measured runs."""
+def run(name: str, n: int, prepared: int | None = None) -> float:
+    """Run `name` WARMUP + n times; returns CPU seconds of the n measured runs. Ops with inputs built up front
+    build `prepared` of them (at least WARMUP + n): the callgrind mode builds as many for its 0-op run as for
+    its n-op run, so building inputs is not counted per op."""
     with tempfile.TemporaryDirectory(prefix="orbitmq-ops-") as root:
         close: Callable[[], None] = lambda: None  # noqa: E731
-        if name in ("store_put", "send_single", "send_batch32"):
+        if name in ("store_put", "store_put_batch32", "send_single", "send_batch32"):
             fn, close = _send_op(name, root)
         else:
             fn = _codec_op(name)
         prep = getattr(fn, "prepare", None)
         if prep is not None:
-            prep(WARMUP + n)
+            prep(max(prepared or 0, WARMUP + n))
         for _ in range(WARMUP):
             fn()
         t0 = time.process_time()
@@ -161,10 +187,11 @@ def _spawn(args: list[str], pure: bool, prefix: list[str] | None = None) -> subp
                           capture_output=True, check=True)
 
 
-def _instructions(name: str, n: int, pure: bool) -> int:
+def _instructions(name: str, n: int, pure: bool, prepared: int = 0) -> int:
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "cg.out")
-        p = _spawn([name, str(n)], pure, ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
+        p = _spawn([name, str(n), str(prepared)], pure,
+                   ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
         m = re.search(r"Collected : (\d+)", p.stderr)
         if m is None:
             raise RuntimeError(p.stderr[-2000:])
@@ -173,7 +200,7 @@ def _instructions(name: str, n: int, pure: bool) -> int:
 
 def main() -> None:
     if len(sys.argv) >= 4 and sys.argv[1] == "--run":
-        secs = run(sys.argv[2], int(sys.argv[3]))
+        secs = run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else None)
         print(f"{secs:.6f}")
         return
     callgrind = "--callgrind" in sys.argv
@@ -184,7 +211,8 @@ def main() -> None:
         for pure in (True, False):
             if callgrind:
                 n = 300 if name.startswith(("send", "store")) else 2000
-                cost = (_instructions(name, n, pure) - _instructions(name, 0, pure)) / (n * per)
+                prepared = WARMUP + n  # the same inputs built in both runs: only the n ops differ
+                cost = (_instructions(name, n, pure, prepared) - _instructions(name, 0, pure, prepared)) / (n * per)
             else:
                 n = 3000 if name.startswith(("send", "store")) else 50_000
                 cost = min(float(_spawn([name, str(n)], pure).stdout) for _ in range(3)) * 1e6 / (n * per)

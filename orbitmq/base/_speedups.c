@@ -16,6 +16,12 @@
  *                                    model/record.py iter_records_py: consecutive common records, (list, next pos)
  *   index_put(buf, entries_at, slot_num, n, key_hash, phys, store_ts, begin_ts, begin_phys, slot_count)
  *                                    store/index_file.py index_put_py: entry n, its slot and the header in place
+ *   split_batch_body(body)           broker/handlers/send.py decode_batch_body_py; None whenever the body is
+ *                                    malformed (the Python decoder raises the error)
+ *   encode_run_into(buf, pos, topic, born, store, queue_id, queue_offset, seg_base, store_ts, msgs, props,
+ *                   id_prefix)       model/record.py encode_run_into_py: a one-queue run of records, msg ids
+ *   index_put_key(buf, entries_at, slot_num, n, topic, key, phys, store_ts, begin_ts, begin_phys, slot_count)
+ *                                    store/index_file.py index_put_key_py: index_put of the key "topic#key"
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -530,6 +536,226 @@ static PyObject *sp_index_put(PyObject *self, PyObject *const *args, Py_ssize_t 
     return PyLong_FromLong(prev);
 }
 
+/* ---- SEND_BATCH_MESSAGE body (API 2) ------------------------------------------------------------------- */
+/* split_batch_body(body) -> [(flag, body bytes, properties str)], or None when the body is malformed in any way
+ * (the Python decoder, broker/handlers/send.py decode_batch_body_py, then raises the ValueError that says why).
+ * Record: total size, magic, body crc, flag, body length (5 x int), body, short properties length, UTF-8 text. */
+static PyObject *sp_split_batch_body(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len, pos = 0;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) goto error;
+    while (pos < n) {
+        if (n - pos < 20) goto malformed;
+        int32_t total = (int32_t)get32(b + pos);
+        int32_t flag = (int32_t)get32(b + pos + 12);
+        int32_t body_len = (int32_t)get32(b + pos + 16);
+        if (body_len < 0 || (Py_ssize_t)body_len > n - pos - 22) goto malformed;
+        Py_ssize_t p = pos + 20 + body_len;
+        int16_t props_len = (int16_t)(((unsigned)b[p] << 8) | b[p + 1]);
+        if (props_len < 0 || (Py_ssize_t)props_len > n - p - 2) goto malformed;
+        Py_ssize_t end = p + 2 + props_len;
+        if ((Py_ssize_t)total != end - pos) goto malformed;
+        PyObject *props = PyUnicode_DecodeUTF8((const char *)b + p + 2, props_len, NULL);
+        if (props == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto error;
+            PyErr_Clear();
+            goto malformed;
+        }
+        PyObject *item = PyTuple_New(3);
+        PyObject *fl = PyLong_FromLong(flag);
+        PyObject *data = PyBytes_FromStringAndSize((const char *)b + pos + 20, body_len);
+        if (item == NULL || fl == NULL || data == NULL) {
+            Py_XDECREF(item);
+            Py_XDECREF(fl);
+            Py_XDECREF(data);
+            Py_DECREF(props);
+            goto error;
+        }
+        PyTuple_SET_ITEM(item, 0, fl);
+        PyTuple_SET_ITEM(item, 1, data);
+        PyTuple_SET_ITEM(item, 2, props);
+        int rc = PyList_Append(out, item);
+        Py_DECREF(item);
+        if (rc < 0) goto error;
+        pos = end;
+    }
+    PyBuffer_Release(&view);
+    return out;
+malformed:
+    Py_DECREF(out);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* encode_run_into(buf, pos, topic, born_host, store_host, queue_id, queue_offset, seg_base, store_timestamp,
+ *                 msgs, props_list, id_prefix) -> msg ids   (API 2)
+ * model/record.py encode_run_into_py: the records of a one-queue run written back to back from pos, each by
+ * encode_record_into (same checks, same errors; records before a failing one stay written, as there), with
+ * consecutive queue offsets from queue_offset and phys = seg_base + its position; msg id = id_prefix + phys as
+ * 16 upper-case hex digits. Message fields are read as attributes (body, flag, sys_flag, born_timestamp,
+ * reconsume_times, prepared_transaction_offset); sys_flag loses its host bits (& ~0x30) like the caller's. */
+static PyObject *str_body, *str_flag, *str_sys_flag, *str_born_ts, *str_reconsume, *str_prepared, *not_v6;
+
+static PyObject *hex_id(PyObject *prefix, int64_t phys) {
+    static const char digits[] = "0123456789ABCDEF";
+    if (phys >= 0 && PyUnicode_IS_ASCII(prefix)) {
+        Py_ssize_t plen = PyUnicode_GET_LENGTH(prefix);
+        PyObject *s = PyUnicode_New(plen + 16, 127);
+        if (s == NULL) return NULL;
+        char *d = (char *)PyUnicode_DATA(s);
+        memcpy(d, PyUnicode_DATA(prefix), (size_t)plen);
+        for (int i = 15; i >= 0; i--, phys >>= 4) d[plen + i] = digits[phys & 0xF];
+        return s;
+    }
+    PyObject *num = PyLong_FromLongLong(phys);
+    if (num == NULL) return NULL;
+    PyObject *spec = PyUnicode_FromString("016X");
+    PyObject *text = spec ? PyObject_Format(num, spec) : NULL;
+    Py_DECREF(num);
+    Py_XDECREF(spec);
+    if (text == NULL) return NULL;
+    PyObject *s = PyUnicode_Concat(prefix, text);
+    Py_DECREF(text);
+    return s;
+}
+
+static PyObject *sp_encode_run_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 12) {
+        PyErr_Format(PyExc_TypeError, "encode_run_into() takes 12 positional arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *prefix = args[11];
+    if (!PyUnicode_Check(prefix)) {
+        PyErr_SetString(PyExc_TypeError, "id_prefix must be str");
+        return NULL;
+    }
+    int64_t pos, queue_offset, seg_base;
+    if (as_i64(args[1], &pos) < 0 || as_i64(args[6], &queue_offset) < 0 || as_i64(args[7], &seg_base) < 0)
+        return NULL;
+    PyObject *msgs = PySequence_Fast(args[9], "msgs must be a sequence");
+    if (msgs == NULL) return NULL;
+    PyObject *props = PySequence_Fast(args[10], "props_list must be a sequence");
+    if (props == NULL) {
+        Py_DECREF(msgs);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(msgs);
+    PyObject *ids = NULL;
+    if (PySequence_Fast_GET_SIZE(props) != n) {
+        PyErr_SetString(PyExc_ValueError, "msgs and props_list differ in length");
+        goto done;
+    }
+    ids = PyList_New(n);
+    if (ids == NULL) goto done;
+    int queue_offset_over = 0;
+    PyObject *call[17];
+    call[0] = args[0];
+    call[2] = args[2];
+    call[5] = args[5];
+    call[9] = args[3];
+    call[10] = args[4];
+    call[15] = args[8];
+    call[16] = Py_None;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PySequence_Fast_ITEMS(msgs)[i];
+        int64_t phys;
+        /* phys beyond int64 goes in as the Python int it is: encode_record_into refuses it in its own order */
+        int phys_overflow = __builtin_add_overflow(seg_base, pos, &phys);
+        PyObject *fields[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+        PyObject *ints[3] = {PyLong_FromLongLong(pos),
+                             queue_offset_over ? PyLong_FromUnsignedLongLong((unsigned long long)INT64_MAX + 1)
+                                               : PyLong_FromLongLong(queue_offset),
+                             NULL};
+        if (ints[0] != NULL)
+            ints[2] = phys_overflow ? PyNumber_Add(args[7], ints[0]) : PyLong_FromLongLong(phys);
+        PyObject *sys_flag = NULL, *size = NULL;
+        int ok = ints[0] && ints[1] && ints[2] && (fields[0] = PyObject_GetAttr(m, str_body)) &&
+                 (fields[1] = PyObject_GetAttr(m, str_flag)) && (fields[2] = PyObject_GetAttr(m, str_sys_flag)) &&
+                 (fields[3] = PyObject_GetAttr(m, str_born_ts)) && (fields[4] = PyObject_GetAttr(m, str_reconsume)) &&
+                 (fields[5] = PyObject_GetAttr(m, str_prepared)) && (sys_flag = PyNumber_And(fields[2], not_v6));
+        if (ok) {
+            call[1] = ints[0];
+            call[3] = fields[0];
+            call[4] = PySequence_Fast_ITEMS(props)[i];
+            call[6] = fields[1];
+            call[7] = sys_flag;
+            call[8] = fields[3];
+            call[11] = fields[4];
+            call[12] = fields[5];
+            call[13] = ints[1];
+            call[14] = ints[2];
+            size = sp_encode_record_into(NULL, call, 17);
+        }
+        for (int k = 0; k < 6; k++) Py_XDECREF(fields[k]);
+        for (int k = 0; k < 3; k++) Py_XDECREF(ints[k]);
+        Py_XDECREF(sys_flag);
+        if (size == NULL) goto fail;
+        Py_ssize_t written = PyLong_AsSsize_t(size);
+        Py_DECREF(size);
+        PyObject *id = hex_id(prefix, phys);
+        if (id == NULL) goto fail;
+        PyList_SET_ITEM(ids, i, id);
+        pos += written;
+        queue_offset_over = __builtin_add_overflow(queue_offset, 1, &queue_offset); /* the next one is refused */
+    }
+    goto done;
+fail:
+    Py_CLEAR(ids);
+done:
+    Py_DECREF(msgs);
+    Py_DECREF(props);
+    return ids;
+}
+
+/* index_put_key(buf, entries_at, slot_num, n, topic, key, phys_offset, store_timestamp, begin_ts, begin_phys,
+ *               slot_count) -> prev   (API 2)
+ * store/index_file.py index_put_key_py: index_put with key_hash = index_key_hash(f"{topic}#{key}") (abs of the
+ * Java hashCode, MIN_VALUE -> 0), without building the key string when both parts are 1-byte-kind str. */
+static PyObject *sp_index_put_key(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11) {
+        PyErr_Format(PyExc_TypeError, "index_put_key() takes 11 positional arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *topic = args[4], *key = args[5];
+    int32_t h;
+    if (PyUnicode_CheckExact(topic) && PyUnicode_CheckExact(key) && PyUnicode_KIND(topic) == PyUnicode_1BYTE_KIND &&
+        PyUnicode_KIND(key) == PyUnicode_1BYTE_KIND) {
+        uint32_t u = 0;
+        const Py_UCS1 *t = PyUnicode_1BYTE_DATA(topic), *k = PyUnicode_1BYTE_DATA(key);
+        for (Py_ssize_t i = 0, n = PyUnicode_GET_LENGTH(topic); i < n; i++) u = 31u * u + t[i];
+        u = 31u * u + '#';
+        for (Py_ssize_t i = 0, n = PyUnicode_GET_LENGTH(key); i < n; i++) u = 31u * u + k[i];
+        h = (int32_t)u;
+    } else { /* the general form: the key string as the f-string builds it, hashed by java_hash */
+        PyObject *empty = PyUnicode_New(0, 0);
+        PyObject *ts = empty ? PyObject_Format(topic, empty) : NULL;
+        PyObject *ks = ts ? PyObject_Format(key, empty) : NULL;
+        PyObject *text = ks ? PyUnicode_FromFormat("%U#%U", ts, ks) : NULL;
+        PyObject *hv = text ? sp_java_hash(NULL, text) : NULL;
+        Py_XDECREF(empty);
+        Py_XDECREF(ts);
+        Py_XDECREF(ks);
+        Py_XDECREF(text);
+        if (hv == NULL) return NULL;
+        h = (int32_t)PyLong_AsLong(hv);
+        Py_DECREF(hv);
+    }
+    long key_hash = h == INT32_MIN ? 0 : (h < 0 ? -(long)h : (long)h);
+    PyObject *hash_obj = PyLong_FromLong(key_hash);
+    if (hash_obj == NULL) return NULL;
+    PyObject *call[10] = {args[0], args[1], args[2], args[3], hash_obj, args[6], args[7], args[8], args[9], args[10]};
+    PyObject *r = sp_index_put(NULL, call, 10);
+    Py_DECREF(hash_obj);
+    return r;
+}
+
 static PyMethodDef methods[] = {
     {"crc32", sp_crc32, METH_O, "zlib.crc32(data) (unsigned)."},
     {"java_hash", sp_java_hash, METH_O, "Java String.hashCode over UTF-16 code units, signed 32-bit."},
@@ -542,6 +768,12 @@ static PyMethodDef methods[] = {
      "Decode the common record (V1 magic, IPv4 hosts) or return None."},
     {"index_put", (PyCFunction)(void (*)(void))sp_index_put, METH_FASTCALL,
      "IndexFile put: entry, slot and header written in place; returns prev."},
+    {"split_batch_body", sp_split_batch_body, METH_O,
+     "SEND_BATCH_MESSAGE body -> [(flag, body, properties text)], None when malformed."},
+    {"encode_run_into", (PyCFunction)(void (*)(void))sp_encode_run_into, METH_FASTCALL,
+     "Records of a one-queue run written back to back; returns their msg ids."},
+    {"index_put_key", (PyCFunction)(void (*)(void))sp_index_put_key, METH_FASTCALL,
+     "index_put of index_key_hash(topic + '#' + key); returns prev."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -555,11 +787,20 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     struct_error = PyObject_GetAttrString(st, "error");
     Py_DECREF(st);
     if (struct_error == NULL) return NULL;
+    str_body = PyUnicode_InternFromString("body");
+    str_flag = PyUnicode_InternFromString("flag");
+    str_sys_flag = PyUnicode_InternFromString("sys_flag");
+    str_born_ts = PyUnicode_InternFromString("born_timestamp");
+    str_reconsume = PyUnicode_InternFromString("reconsume_times");
+    str_prepared = PyUnicode_InternFromString("prepared_transaction_offset");
+    not_v6 = PyLong_FromLong(~(long)(BORNHOST_V6 | STOREHOST_V6));
+    if (!str_body || !str_flag || !str_sys_flag || !str_born_ts || !str_reconsume || !str_prepared || !not_v6)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     /* native.py loads the module only when this matches its API_VERSION: a stale build from an older source
      * (an editable install not rebuilt) is ignored instead of missing functions. Bump it with every change of a
      * function's contract or the set of functions. */
-    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 1) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 2) < 0) {
         Py_DECREF(m);
         return NULL;
     }

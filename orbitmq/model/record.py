@@ -26,7 +26,8 @@ from __future__ import annotations
 import ipaddress
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 from orbitmq.base.errors import CorruptionError
 from orbitmq.base.native import speedups
@@ -38,6 +39,7 @@ MAGIC_V2 = -626843477  # 0xDAA320AB (5.x, 2-byte topic length)
 BLANK_MAGIC = -875286124  # 0xCBD43194
 BORNHOST_V6_FLAG = 0x10
 STOREHOST_V6_FLAG = 0x20
+_NOT_V6 = ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
 
 POS_TOTAL_SIZE = 0
 POS_MAGIC = 4
@@ -190,6 +192,50 @@ def encode_record_into_py(
         raise ValueError(f"record of {n} bytes does not fit the buffer at {pos}")
     buf[pos : pos + n] = rec
     return n
+
+
+class RunMessage(Protocol):
+    """The fields encode_run_into reads from each message (the store's MessageInner has them)."""
+
+    body: bytes
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    reconsume_times: int
+    prepared_transaction_offset: int
+
+
+def encode_run_into_py(
+    buf: bytearray | memoryview,
+    pos: int,
+    topic: bytes,
+    born_host: bytes,
+    store_host: bytes,
+    queue_id: int,
+    queue_offset: int,
+    seg_base: int,
+    store_timestamp: int,
+    msgs: Sequence[RunMessage],
+    props_list: Sequence[bytes],
+    id_prefix: str,
+) -> list[str]:
+    """The records of a one-queue run (one topic, queue and host pair; `props_list` the messages' encoded
+    properties) written back to back from buf[pos:] by encode_record_into, with consecutive queue offsets from
+    queue_offset and phys offset seg_base + position; returns their msg ids (id_prefix + phys as 16 upper-case
+    hex digits). An error leaves the records before the failing one written. Pure-Python twin of the native
+    encode_run_into (positional arguments, same order)."""
+    if len(msgs) != len(props_list):
+        raise ValueError("msgs and props_list differ in length")
+    ids: list[str] = []
+    for m, props in zip(msgs, props_list, strict=True):
+        phys = seg_base + pos
+        pos += encode_record_into_py(
+            buf, pos, topic, m.body, props, queue_id, m.flag, m.sys_flag & _NOT_V6, m.born_timestamp, born_host,
+            store_host, m.reconsume_times, m.prepared_transaction_offset, queue_offset, phys, store_timestamp, None,
+        )
+        ids.append(f"{id_prefix}{phys:016X}")
+        queue_offset += 1
+    return ids
 
 
 def store_timestamp_position(sys_flag: int) -> int:
@@ -355,10 +401,12 @@ def iter_records_native(buf: bytes | bytearray | memoryview) -> Iterator[Message
 _native = speedups()
 if _native is None:
     encode_record_into = encode_record_into_py
+    encode_run_into = encode_run_into_py
     decode_record = decode_record_py
     iter_records = iter_records_py
 else:
     encode_record_into = _native.encode_record_into
+    encode_run_into = _native.encode_run_into
     _decode_v4 = _native.decode_record_v4
     _decode_many = _native.decode_records_v4
     decode_record = decode_record_native

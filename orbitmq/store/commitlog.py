@@ -16,11 +16,18 @@ from orbitmq.base import marks
 from orbitmq.base.clock import Clock
 from orbitmq.base.invariant import check
 from orbitmq.model.enums import TRANSACTION_MASK
-from orbitmq.model.properties import MAX_PROPERTIES_SIZE, Prop, encode_properties
+from orbitmq.model.properties import (
+    MAX_PROPERTIES_SIZE,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    Prop,
+    encode_properties,
+)
 from orbitmq.model.record import (
     BORNHOST_V6_FLAG,
     STOREHOST_V6_FLAG,
     encode_record_into,
+    encode_run_into,
     pack_host_port,
     record_size,
 )
@@ -41,6 +48,8 @@ _ROLLBACK = 0xC
 _MAGIC_BYTES = struct.pack(">i", -626843481)
 _HOST_CACHE_MAX = 4096
 _NOT_V6 = ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+_join_props = PROPERTY_SEPARATOR.join
+_join_pair = NAME_VALUE_SEPARATOR.join
 _Parts = tuple[bytes, bytes, bytes, bytes, int]  # topic, properties (UTF-8), born host, store host, record size
 
 
@@ -128,6 +137,89 @@ class CommitLog:
 
     def append(self, msgs: list[MessageInner]) -> Appended:
         """Append one message or one batch (all records land in one segment, consecutive queue offsets)."""
+        if msgs:
+            fast = self._append_run(msgs)
+            if fast is not None:
+                return fast
+        return self._append_general(msgs)
+
+    def _append_run(self, msgs: list[MessageInner]) -> Appended | None:
+        """append() for the common input: every message of one topic and queue, from one born host to one store
+        host, none a PREPARED/ROLLBACK half (a SEND_BATCH_MESSAGE, a plain single send). The batch invariants are
+        checked and encoded once; the queue offset is taken and the queue table updated once. None (nothing
+        written, nothing taken) when the input is not such a run or a check fails: the general path then
+        produces the same records or the same refusal."""
+        first = msgs[0]
+        topic_s, queue_id, born_s, store_s = first.topic, first.queue_id, first.born_host, first.store_host
+        topic = topic_s.encode("utf-8")
+        hosts = self._hosts
+        born = hosts.get(born_s)
+        store = hosts.get(store_s)
+        if not topic or len(topic) > 127 or born is None or store is None:
+            return None  # first sight of a host (packed and cached by the general path) or an illegal topic
+        fixed = record_size(0, len(topic), 0, len(born), len(store))
+        max_body = self.config.max_message_size
+        max_record = self._max_record
+        props_list: list[bytes] = []
+        sizes: list[int] = []
+        total = 0
+        for m in msgs:
+            tx = m.sys_flag & TRANSACTION_MASK
+            if (tx == _PREPARED or tx == _ROLLBACK or m.topic != topic_s or m.queue_id != queue_id
+                    or m.born_host != born_s or m.store_host != store_s):
+                return None
+            try:  # encode_properties' own fast path, without its call (the same text)
+                props_b = _join_props(map(_join_pair, m.properties.items())).encode("utf-8")
+            except (TypeError, AttributeError):  # a None or non-str value, or no properties at all
+                props_b = encode_properties(m.properties).encode("utf-8")
+            size = fixed + len(m.body) + len(props_b)
+            if len(m.body) > max_body or len(props_b) > MAX_PROPERTIES_SIZE or size > max_record:
+                return None
+            props_list.append(props_b)
+            sizes.append(size)
+            total += size
+        if total + BLANK_SIZE > self.segments.segment_size:
+            return None
+        seg = self._writable_segment(total)
+        now = self.clock.now_ms()
+        store_ts = now if now > self.last_store_timestamp else self.last_store_timestamp
+        self.last_store_timestamp = store_ts
+        buf = seg.buf
+        start_pos = pos = seg.wrote_position
+        base = seg.start_offset
+        table = self.topic_queue_table
+        key = f"{topic_s}-{queue_id}"
+        first_queue_offset = queue_offset = table.get(key, 0)
+        schedule = topic_s == SCHEDULE_TOPIC
+        delay_levels = self.config.message_delay_level
+        try:
+            msg_ids = encode_run_into(buf, pos, topic, born, store, queue_id, queue_offset, base, store_ts, msgs,
+                                      props_list, store.hex().upper())  # (store host + phys as >q).hex().upper()
+        except (struct.error, OverflowError, ValueError, TypeError):  # a header field out of its Java range
+            return Appended(PutResult(PutStatus.MESSAGE_ILLEGAL), -1, [])  # no queue offset taken yet
+        phys = base + pos
+        requests: list[DispatchRequest] = []
+        add_request = requests.append
+        for m, size in zip(msgs, sizes, strict=True):
+            props = m.properties
+            add_request(DispatchRequest(
+                topic_s, queue_id, phys, size,
+                delivery_time(props, store_ts, delay_levels) if schedule else tag_code(props.get(Prop.TAGS)),
+                store_ts, queue_offset, props.get(Prop.KEYS), props.get(Prop.UNIQ_KEY), m.sys_flag,
+                m.prepared_transaction_offset, props,
+            ))
+            queue_offset += 1
+            phys += size
+        pos += total
+        table[key] = queue_offset
+        seg.backing.mark_written(start_pos, pos)
+        seg.wrote_position = pos
+        result = PutResult(PutStatus.PUT_OK, base + start_pos, total, msg_ids, first_queue_offset, len(msgs),
+                           store_ts)
+        return Appended(result, base + pos, requests)
+
+    def _append_general(self, msgs: list[MessageInner]) -> Appended:
+        """append() for any input (mixed topics/queues/hosts, transaction halves): per-message checks."""
         encoded: list[_Parts] = []
         total = 0
         for m in msgs:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from orbitmq.base import marks
 from orbitmq.base.errors import ConfigError, CorruptionError
 from orbitmq.base.invariant import check
-from orbitmq.store.disk import Backing, Disk
+from orbitmq.store.disk import Backing, Disk, tracks_writes
 from orbitmq.store.dispatch import DispatchRequest
 from orbitmq.store.layout import CQ_ENTRY, CQ_ENTRY_SIZE, CQ_FILLER, parse_segment_name, segment_name
 
@@ -32,13 +32,14 @@ Entry = tuple[int, int, int]  # (phys_offset, size, tags_code)
 class _Seg:
     """One segment file; `start` is its byte offset in the queue's logical file."""
 
-    __slots__ = ("start", "path", "backing", "buf")
+    __slots__ = ("start", "path", "backing", "buf", "tracked")
 
     def __init__(self, start: int, path: str, backing: Backing) -> None:
         self.start = start
         self.path = path
         self.backing = backing
         self.buf = backing.buf
+        self.tracked = tracks_writes(backing)  # put() skips a no-op mark_written
 
 
 def _segment_looks_valid(buf: memoryview, size_bytes: int) -> bool:
@@ -218,7 +219,8 @@ class ConsumeQueue:
                 return False
         rel = pos - seg.start
         _pack_into(seg.buf, rel, phys_offset, size, tags_code)
-        seg.backing.mark_written(rel, rel + _E)
+        if seg.tracked:
+            seg.backing.mark_written(rel, rel + _E)
         self._end_bytes = pos + _E
         self._max_phys = end_phys
         return True
@@ -463,6 +465,7 @@ class ConsumeQueueTable:
         self._disk = disk
         self._queues: dict[str, dict[int, ConsumeQueue]] = {}
         self._all: list[ConsumeQueue] = []
+        self._last: ConsumeQueue | None = None  # the queue of the last dispatch (dropped with its topic)
         self.last_dispatch_timestamp = 0  # store time of the newest dispatched record (checkpoint logics time)
 
     def load(self) -> None:
@@ -519,6 +522,7 @@ class ConsumeQueueTable:
 
     def delete_topic(self, topic: str) -> None:
         qs = self._queues.pop(topic, None)
+        self._last = None
         if qs:
             for cq in qs.values():
                 cq.destroy()
@@ -533,9 +537,12 @@ class ConsumeQueueTable:
         tx = req.sys_flag & 0xC
         if tx == 4 or tx == 12:  # PREPARED / ROLLBACK halves never reach a consumer queue
             return
-        qs = self._queues.get(req.topic)
-        cq = qs.get(req.queue_id) if qs is not None else None
-        if cq is None:
-            cq = self._new_queue(req.topic, req.queue_id)
+        cq = self._last  # a batch dispatches a run of requests of one queue
+        if cq is None or cq.queue_id != req.queue_id or cq.topic != req.topic:
+            qs = self._queues.get(req.topic)
+            cq = qs.get(req.queue_id) if qs is not None else None
+            if cq is None:
+                cq = self._new_queue(req.topic, req.queue_id)
+            self._last = cq
         cq.put(req.phys_offset, req.size, req.tags_code, req.queue_offset)
         self.last_dispatch_timestamp = req.store_timestamp

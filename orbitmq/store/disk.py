@@ -152,6 +152,12 @@ class MmapBacking:
         os.close(self._fd)
 
 
+def tracks_writes(backing: Backing) -> bool:
+    """False when mark_written does nothing (a mapped file: the page cache is the file), so a per-entry hot path
+    may skip the call; True for any other backing (SimDisk logs writes for its crash model)."""
+    return type(backing) is not MmapBacking
+
+
 class _FcntlLock:
     __slots__ = ("_fd",)
 

@@ -6,7 +6,7 @@ Derived stores never reach back into the CommitLog: they receive requests only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -48,6 +48,20 @@ class Dispatcher:
     def dispatch(self, req: DispatchRequest) -> None:
         for fn in self._targets:
             fn(req)
+
+    def dispatch_many(self, reqs: Iterable[DispatchRequest]) -> None:
+        """dispatch() of each request in turn (same calls, same order), without a Python call per request."""
+        targets = self._targets
+        if len(targets) == 3:  # the store's own wiring: CQ, index, listeners
+            first, second, third = targets
+            for req in reqs:
+                first(req)
+                second(req)
+                third(req)
+            return
+        for req in reqs:
+            for fn in targets:
+                fn(req)
 
     def __len__(self) -> int:
         return len(self._targets)

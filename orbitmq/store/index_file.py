@@ -18,7 +18,7 @@ from orbitmq.base import marks
 from orbitmq.base.errors import ConfigError, CorruptionError
 from orbitmq.base.native import speedups
 from orbitmq.model.tags import index_key_hash
-from orbitmq.store.disk import Backing, Disk
+from orbitmq.store.disk import Backing, Disk, tracks_writes
 from orbitmq.store.dispatch import DispatchRequest
 from orbitmq.store.layout import (
     INDEX_ENTRY,
@@ -71,8 +71,17 @@ def index_put_py(buf: bytearray | memoryview, entries_at: int, slot_num: int, n:
     return prev
 
 
+def index_put_key_py(buf: bytearray | memoryview, entries_at: int, slot_num: int, n: int, topic: str, key: str,
+                     phys_offset: int, store_timestamp: int, begin_ts: int, begin_phys: int, slot_count: int) -> int:
+    """index_put_py of the index key "topic#key" (its hash taken here). Pure-Python twin of the native
+    index_put_key (same arguments), which hashes without building the key string."""
+    return index_put_py(buf, entries_at, slot_num, n, index_key_hash(f"{topic}#{key}"), phys_offset,
+                        store_timestamp, begin_ts, begin_phys, slot_count)
+
+
 _native = speedups()
 index_put = index_put_py if _native is None else _native.index_put
+index_put_key = index_put_key_py if _native is None else _native.index_put_key
 
 
 def _min_cut(a: int, b: int) -> int:
@@ -83,7 +92,7 @@ class IndexFile:
     """One index file. Header fields are mirrored in attributes and rewritten after every put."""
 
     __slots__ = ("path", "name", "backing", "buf", "slot_num", "index_num", "begin_ts", "end_ts", "begin_phys",
-                 "end_phys", "slot_count", "index_count", "_entries_at", "_dirty_hi")
+                 "end_phys", "slot_count", "index_count", "_entries_at", "_dirty_hi", "_tracked")
 
     def __init__(self, path: str, backing: Backing, slot_num: int, index_num: int) -> None:
         self.path = path
@@ -97,6 +106,7 @@ class IndexFile:
         self.slot_count = 0
         self.index_count = 1  # entry 0 is never used: 0 means "no entry" in slots and chains
         self._dirty_hi = 0  # end of the byte range [0, _dirty_hi) holding unflushed writes
+        self._tracked = tracks_writes(backing)  # put() skips no-op mark_written calls
 
     @property
     def is_full(self) -> bool:
@@ -211,10 +221,11 @@ class IndexFile:
         pos = self._entries_at + n * INDEX_ENTRY_SIZE
         prev = index_put(self.buf, self._entries_at, self.slot_num, n, key_hash, phys_offset, store_timestamp,
                          self.begin_ts, self.begin_phys, self.slot_count)
-        mark = self.backing.mark_written
-        mark(pos, pos + INDEX_ENTRY_SIZE)
-        mark(slot_pos, slot_pos + INDEX_SLOT_SIZE)
-        mark(0, INDEX_HEADER_SIZE)
+        if self._tracked:
+            mark = self.backing.mark_written
+            mark(pos, pos + INDEX_ENTRY_SIZE)
+            mark(slot_pos, slot_pos + INDEX_SLOT_SIZE)
+            mark(0, INDEX_HEADER_SIZE)
         if prev == 0:
             self.slot_count += 1
         self.index_count = n + 1
@@ -222,6 +233,26 @@ class IndexFile:
         self.end_phys = phys_offset
         if pos + INDEX_ENTRY_SIZE > self._dirty_hi:
             self._dirty_hi = pos + INDEX_ENTRY_SIZE
+
+    def put_key(self, topic: str, key: str, phys_offset: int, store_timestamp: int) -> None:
+        """put(index_key_hash(f"{topic}#{key}"), ...): the hash taken with the write (one native call)."""
+        if self._tracked:  # a backing that logs writes needs the slot position: the general put
+            self.put(index_key_hash(f"{topic}#{key}"), phys_offset, store_timestamp)
+            return
+        n = self.index_count
+        if n == 1:
+            self.begin_ts = store_timestamp
+            self.begin_phys = phys_offset
+        prev = index_put_key(self.buf, self._entries_at, self.slot_num, n, topic, key, phys_offset,
+                             store_timestamp, self.begin_ts, self.begin_phys, self.slot_count)
+        if prev == 0:
+            self.slot_count += 1
+        self.index_count = n + 1
+        self.end_ts = store_timestamp
+        self.end_phys = phys_offset
+        end = self._entries_at + (n + 1) * INDEX_ENTRY_SIZE
+        if end > self._dirty_hi:
+            self._dirty_hi = end
 
     def select(self, key_hash: int, max_num: int, begin_ts: int, end_ts: int, out: list[int]) -> None:
         """Append to `out` the phys offsets of entries with this hash stored in [begin_ts, end_ts], newest first."""
@@ -407,8 +438,11 @@ class IndexService:
             return
         uniq, keys = req.uniq_key, req.keys
         ts = req.store_timestamp
-        if uniq:
-            self._put(f"{req.topic}#{uniq}", phys, ts)
+        if uniq:  # _put inlined (one per record on the send path)
+            f = self._files[-1] if self._files else None
+            if f is None or f.index_count >= f.index_num:
+                f = self._new_file(f, ts)
+            f.put_key(req.topic, uniq, phys, ts)
         if keys:
             for k in keys.split(" "):
                 if k:

@@ -148,7 +148,7 @@ class MessageStore:
         )
         self.dispatcher.register(self.cq_table)
         if self.index is not None:
-            self.dispatcher.register(self._dispatch_index)
+            self.dispatcher.register(self.index)  # IndexService.dispatch skips ROLLBACK records itself
         self.dispatcher.register(self._dispatch_listeners)
         self._save_checkpoint()
 
@@ -209,7 +209,7 @@ class MessageStore:
             req = request_of(decode_record(rec), self.config.message_delay_level)
             self.cq_table.dispatch(req)
             if self.index is not None:
-                self._dispatch_index(req)
+                self.index.dispatch(req)
             last_ts = max(last_ts, req.store_timestamp)
             n += 1
         if n:
@@ -360,9 +360,7 @@ class MessageStore:
             self._pending.extend(appended.requests)
         else:
             self._confirm_offset = appended.end_offset
-            dispatch = self.dispatcher.dispatch
-            for req in appended.requests:
-                dispatch(req)
+            self.dispatcher.dispatch_many(appended.requests)
         if (self.config.sync_flush or self.replica.wait_ms) and msgs[0].properties.get(Prop.WAIT) != "false":
             return result, appended.end_offset
         return result, -1
@@ -382,12 +380,6 @@ class MessageStore:
             return
         self.replica.flushed_seen = offset
         self.replica.release_visible()  # visible up to the flush (and the replicas, when gated)
-
-    def _dispatch_index(self, req: DispatchRequest) -> None:
-        if req.sys_flag & 0xC == 0xC:  # ROLLBACK records are not indexed
-            return
-        assert self.index is not None
-        self.index.dispatch(req)
 
     def _dispatch_listeners(self, req: DispatchRequest) -> None:
         for fn in self._listeners:

@@ -252,3 +252,110 @@ def test_iter_records_twins(body, cold_memo) -> None:
         record_mod.decode_properties, record_mod.decode_record = saved
     event(f"{len(want)} items, error={bool(want) and isinstance(want[-1], tuple)}")
     assert got == want
+
+
+@st.composite
+def _batch_body(draw) -> bytes:
+    """A SEND_BATCH_MESSAGE body (records of 5 ints, body, short-prefixed UTF-8 properties), sometimes with a
+    wrong size field, invalid UTF-8, a flipped byte or cut short."""
+    raw = bytearray()
+    for _ in range(draw(st.integers(0, 5))):
+        body = draw(st.binary(max_size=300))
+        props = draw(st.one_of(_prop_text, st.text(max_size=40))).encode("utf-8", "surrogatepass")
+        if draw(st.integers(0, 9)) == 0:
+            props += b"\xff"  # not UTF-8
+        total = 20 + len(body) + 2 + len(props) + (draw(st.sampled_from([1, -1])) if draw(st.integers(0, 9)) == 0 else 0)
+        raw += struct.pack(">iiiii", total, 0, zlib.crc32(body) & 0x7FFFFFFF, draw(_i32), len(body)) + body
+        raw += struct.pack(">h", len(props)) + props
+    if raw and draw(st.integers(0, 3)) == 0:
+        i = draw(st.integers(0, len(raw) - 1))
+        raw[i] = draw(st.integers(0, 255))
+    if draw(st.integers(0, 3)) == 0:
+        raw = raw[: draw(st.integers(0, len(raw)))]
+    return bytes(raw)
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=_batch_body(), as_view=st.booleans())
+def test_split_batch_body_twins(body, as_view) -> None:
+    from orbitmq.broker.handlers.send import decode_batch_body_py
+
+    arg = memoryview(body) if as_view else body
+    want = _outcome(decode_batch_body_py, arg)
+    got = native.split_batch_body(arg)
+    event(f"{want[0]}, {len(want[1]) if want[0] == 'ok' else 0} records")
+    if want[0] == "ok":
+        assert got == want[1]
+        assert all(type(b) is bytes and type(p) is str for _f, b, p in got)
+    else:
+        assert want[1] is ValueError or issubclass(want[1], ValueError)
+        assert got is None
+
+
+@st.composite
+def _run_msg(draw):
+    from orbitmq.store.results import MessageInner
+
+    ints = [draw(_i32), draw(st.integers(0, 0x3F) | _i32), draw(_i64), draw(_i32), draw(_i64)]
+    if draw(st.integers(0, 7)) == 0:
+        ints[draw(st.integers(0, 4))] = draw(_any_int)  # a field out of its Java range
+    flag, sys_flag, born_ts, reconsume, prepared = ints
+    return MessageInner("T", 0, draw(st.binary(max_size=200)), {}, flag, sys_flag, born_ts, "", "", reconsume,
+                        prepared)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    msgs=st.lists(_run_msg(), max_size=5),
+    props=st.lists(st.binary(max_size=60) | st.just(b"p" * 32768), min_size=5, max_size=5),
+    topic=st.binary(max_size=130),
+    hosts=st.tuples(st.sampled_from(_HOSTS), st.sampled_from(_HOSTS)),
+    ints=st.tuples(_i32, _i64 | st.integers(2**63 - 3, 2**63 - 1), st.integers(0, 2**40) | _i64
+                   | st.integers(2**63 - 300, 2**63 - 1), _i64),
+    pos=st.integers(0, 64),
+    slack=st.integers(-300, 64),
+    prefix=st.sampled_from(["7F00000100002A9F", "", "é1"]),
+    bytearray_buf=st.booleans(),
+    short_props=st.booleans(),
+)
+def test_encode_run_into_twins(msgs, props, topic, hosts, ints, pos, slack, prefix, bytearray_buf,
+                               short_props) -> None:
+    born, store = pack_host(*hosts[0]), pack_host(*hosts[1])
+    props = props[: len(msgs) - 1 if short_props and msgs else len(msgs)]
+    queue_id, queue_offset, seg_base, store_ts = ints
+    fixed = 48 + len(born) + 8 + len(store) + 16 + 1 + len(topic) + 2
+    need = sum(fixed + len(m.body) + len(p) for m, p in zip(msgs, props, strict=False))
+    n = max(0, pos + need + slack)
+    bufs = [bytearray(b"\xee" * n) for _ in range(2)]
+    targets = bufs if bytearray_buf else [memoryview(b) for b in bufs]
+    results = [
+        _outcome(fn, t, pos, topic, born, store, queue_id, queue_offset, seg_base, store_ts, msgs, props, prefix)
+        for fn, t in ((native.encode_run_into, targets[0]), (record_mod.encode_run_into_py, targets[1]))
+    ]
+    event(f"{results[0][0]}")
+    assert results[0] == results[1]
+    assert bufs[0] == bufs[1]  # the same records written (up to a failing one)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    topic=st.text(max_size=30) | st.sampled_from(["T", "%RETRY%G", "Topic-\u00e9"]),
+    key=st.text(max_size=40) | st.text("0123456789ABCDEF", min_size=32, max_size=32),
+    n=st.integers(0, 20),
+    phys=_i64,
+    times=st.tuples(_i64, _i64),
+    slot_count=st.integers(0, 2**31 - 2),  # as in test_index_put_twins (a refused header: partial writes differ)
+    as_view=st.booleans(),
+)
+def test_index_put_key_twins(topic, key, n, phys, times, slot_count, as_view) -> None:
+    from orbitmq.store.index_file import index_file_size, index_put_key_py
+
+    slot_num, index_num = 16, 16
+    bufs = [bytearray(index_file_size(slot_num, index_num)) for _ in range(2)]
+    targets = [memoryview(b) for b in bufs] if as_view else bufs
+    store_ts, begin_ts = times
+    args = (40 + slot_num * 4, slot_num, n, topic, key, phys, store_ts, begin_ts, 7, slot_count)
+    want = _outcome(index_put_key_py, targets[1], *args)
+    event(want[0])
+    assert _outcome(native.index_put_key, targets[0], *args) == want
+    assert bufs[0] == bufs[1]

@@ -13,6 +13,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from orbitmq.base.clock import now_ms
+from orbitmq.base.native import speedups
 from orbitmq.broker.context import BrokerContext
 from orbitmq.broker.metadata.topics import (
     OFFSET_MOVED_EVENT,
@@ -74,6 +75,8 @@ _SUCCESS = int(ResponseCode.SUCCESS)
 _new_command = object.__new__
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body crc, flag, body length
+_native = speedups()
+_split_batch_body = _native.split_batch_body if _native is not None else None
 _H = struct.Struct(">h")
 
 
@@ -92,7 +95,18 @@ def parse_delay_levels(spec: str) -> int:
 
 
 def decode_batch_body(body: bytes | memoryview) -> list[tuple[int, bytes, str]]:
-    """SEND_BATCH_MESSAGE body (§4.7) -> [(flag, body, properties string)]. Raises ValueError if malformed."""
+    """SEND_BATCH_MESSAGE body (§4.7) -> [(flag, body, properties string)]. Raises ValueError if malformed.
+    The native splitter when built (one call per batch); any malformed body goes to the Python twin, which
+    raises the error."""
+    if _split_batch_body is not None:
+        records: list[tuple[int, bytes, str]] | None = _split_batch_body(body)
+        if records is not None:
+            return records
+    return decode_batch_body_py(body)
+
+
+def decode_batch_body_py(body: bytes | memoryview) -> list[tuple[int, bytes, str]]:
+    """decode_batch_body in pure Python (the reference twin of the native split_batch_body)."""
     mv = memoryview(body)
     n = len(mv)
     pos = 0

@@ -35,6 +35,8 @@ _SKIP_TOPICS = frozenset({"RMQ_SYS_TRANS_OP_HALF_TOPIC"})
 _STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
                      PutStatus.SLAVE_NOT_AVAILABLE})
 _PUT_OK = PutStatus.PUT_OK
+_UNIQ_KEY = Prop.UNIQ_KEY
+_REAL_TOPIC = Prop.REAL_TOPIC
 _OK = int(ResponseCode.SUCCESS)
 
 # value: (producer group or None when rebuilt from the CommitLog, store time ms, offset msgId, queueId, queueOffset)
@@ -170,13 +172,30 @@ class DedupService:
         ts = result.store_timestamp or self.env.clock.now_ms()
         ids = result.msg_ids
         table = self.table
+        entries = table.entries
         first = msgs[0]
         qid = _response_queue_id(first.properties, first.queue_id)
-        for i, m in enumerate(msgs):
-            key = m.properties.get(Prop.UNIQ_KEY)
-            if key is None or i >= len(ids) or not _dedupable(m.topic, m.properties, m.reconsume_times):
+        queue_offset = result.queue_offset
+        topic, reconsume = first.topic, first.reconsume_times
+        # _dedupable's topic / reconsume part, once for the messages that share them (all of a batch)
+        run_ok = reconsume <= 0 and not topic.startswith(_SKIP_PREFIXES) and topic not in _SKIP_TOPICS
+        # a message without a msg id (ids shorter than msgs) is not remembered
+        for i, (m, msg_id) in enumerate(zip(msgs, ids, strict=False)):
+            props = m.properties
+            key = props.get(_UNIQ_KEY)
+            if key is None:
                 continue
-            table.put(key, (group, ts, ids[i], qid, result.queue_offset + i))
+            if m.topic == topic and m.reconsume_times == reconsume:
+                if not run_ok:
+                    continue
+                real = props.get(_REAL_TOPIC)
+                if real is not None and real.startswith(_SKIP_PREFIXES):
+                    continue
+            elif not _dedupable(m.topic, props, m.reconsume_times):
+                continue
+            if key in entries:  # DedupTable.put inlined: re-insert at the young end
+                del entries[key]
+            entries[key] = (group, ts, msg_id, qid, queue_offset + i)
         table.evict(ts)
         self._dirty = True
 

@@ -118,3 +118,31 @@ def test_snapshot_file_written_and_reloaded(tmp_path: Any) -> None:
     svc2.rebuild()
     resp = svc2.before_put(None, _req(), [_msg("K1")])
     assert resp is not None and resp.ext_fields["msgId"] == "ID0"
+
+
+def test_after_put_remembers_what_the_per_message_rules_say(tmp_path: Any) -> None:
+    """A batch (shared topic) and a mixed list: each message is remembered exactly when _dedupable says so,
+    with its own msg id and queue offset; a key seen again moves to the young end; no msg id, no entry."""
+    from orbitmq.broker.services.dedup import _dedupable
+
+    svc, _clock, _ctx = _svc(tmp_path)
+    svc.table.put("OLD", ("PG", 999_999, "X", 0, 0))
+    svc.table.put("K0", ("PG", 999_999, "X", 0, 0))
+    msgs = [
+        _msg("K0"), _msg(None), _msg("K2", **{Prop.REAL_TOPIC: "%RETRY%G"}), _msg("K3", **{Prop.REAL_TOPIC: "T"}),
+        _msg("K4", topic="%DLQ%G"), _msg("K5", reconsume=1), _msg("K6", topic="RMQ_SYS_TRANS_OP_HALF_TOPIC"),
+        _msg("K7", topic="U"), _msg("K8"),
+    ]
+    svc.after_put(None, _req(), msgs, _stored(8))  # K8 has no msg id
+    expected = [m.properties.get(Prop.UNIQ_KEY) for i, m in enumerate(msgs[:8])
+                if m.properties.get(Prop.UNIQ_KEY) and _dedupable(m.topic, m.properties, m.reconsume_times)]
+    assert expected == ["K0", "K3", "K7"]
+    assert list(svc.table.entries) == ["OLD", *expected]
+    assert svc.table.entries["K3"] == ("PG", 1_000_000, "ID3", 2, 10)
+    assert svc.table.entries["K7"] == ("PG", 1_000_000, "ID7", 2, 14)
+
+    retry_batch = [_msg(f"R{i}", topic="%RETRY%G") for i in range(3)]
+    svc.after_put(None, _req(), retry_batch, _stored(3))
+    consumer_retries = [_msg(f"C{i}", reconsume=2) for i in range(3)]
+    svc.after_put(None, _req(), consumer_retries, _stored(3))
+    assert list(svc.table.entries) == ["OLD", *expected]

@@ -152,3 +152,34 @@ def test_field_out_of_java_range_is_refused_without_taking_queue_offsets():
     assert cl.max_offset == ok.end_offset  # nothing written past the last good record
     nxt = cl.append([msg()])
     assert nxt.result.queue_offset == 1 and nxt.result.phys_offset == ok.end_offset
+
+
+def test_one_queue_batch_fast_path_writes_the_general_paths_bytes():
+    def batch(n):
+        return [MessageInner("T", 2, b"x" * (i + 1), {"TAGS": "A", "UNIQ_KEY": f"U{n}-{i}", "KEYS": "a b"}, i)
+                for i in range(32)]
+
+    fast, ref = make(seg=1 << 16), make(seg=1 << 16)
+    fast.append([msg()]), ref.append([msg()])  # first sight of the hosts: packed by the general path
+    for n in range(3):
+        direct = fast._append_run(batch(n))
+        assert direct is not None  # the batch took the fast path
+        general = ref._append_general(batch(n))
+        assert direct.result == general.result
+        assert direct.requests == general.requests
+        assert direct.result.msg_ids[5] == "7F00000100002A9F" + f"{direct.requests[5].phys_offset:016X}"
+    assert fast.topic_queue_table == ref.topic_queue_table == {"T-0": 1, "T-2": 96}
+    seg_f, seg_r = fast.segments.last, ref.segments.last
+    assert seg_f.wrote_position == seg_r.wrote_position
+    assert bytes(seg_f.buf[: seg_f.wrote_position]) == bytes(seg_r.buf[: seg_r.wrote_position])
+
+
+def test_fast_path_declines_mixed_input_and_transaction_halves():
+    cl = make()
+    cl.append([msg()])
+    assert cl._append_run([msg(), msg(qid=1)]) is None
+    assert cl._append_run([msg(), msg(topic="U")]) is None
+    half = msg()
+    half.sys_flag = 0x4
+    assert cl._append_run([half]) is None
+    assert cl.topic_queue_table == {"T-0": 1} and cl.max_offset == cl.append([msg()]).result.phys_offset

@@ -5,7 +5,7 @@ import tempfile
 
 import pytest
 
-from orbitmq.store.disk import MmapDisk
+from orbitmq.store.disk import MmapDisk, tracks_writes
 from orbitmq.store.errors import StoreInUseError
 from orbitmq.testing.sim_disk import SimDisk
 
@@ -122,3 +122,13 @@ def test_sim_corrupt_flips_one_bit():
     b.flush(0, 1)
     disk.corrupt("/r/f", 0, bit=3)
     assert disk.durable_bytes("/r/f")[0] == 8 and b.buf[0] == 8
+
+
+def test_only_mapped_files_skip_mark_written(tmp_path):
+    """Hot paths skip mark_written only where it does nothing; SimDisk keeps seeing every write."""
+    mapped = MmapDisk().create(str(tmp_path / "f"), 4096)
+    assert tracks_writes(mapped) is False
+    mapped.close()
+    sim = SimDisk()
+    sim.makedirs("/x")
+    assert tracks_writes(sim.create("/x/f", 4096)) is True

@@ -393,3 +393,22 @@ def test_abnormal_load_drops_an_old_record_whose_other_keys_were_in_a_destroyed_
                                  (500, "e", None, 6000)):
         crashed.dispatch(req(phys, keys=keys, uniq=uniq, ts=T0 + ts))
     assert [q(crashed, k) for k in ("a", "U", "b", "c", "d", "e")] == [[100], [200], [200], [300], [400], [500]]
+
+
+def test_put_key_writes_what_put_of_the_key_hash_writes(tmp_path):
+    """IndexFile.put_key (native hash + write on a mapped file) == put(index_key_hash(f"{topic}#{key}"))."""
+    from orbitmq.store.index_file import IndexFile
+
+    disk = MmapDisk()
+    size = index_file_size(SLOTS, 64)
+    a = IndexFile(str(tmp_path / "a"), disk.create(str(tmp_path / "a"), size), SLOTS, 64)
+    b = IndexFile(str(tmp_path / "b"), disk.create(str(tmp_path / "b"), size), SLOTS, 64)
+    keys = [("T", "U1"), ("T", "U2"), ("Topic-é", "K"), ("T", "U1"), ("%RETRY%G", "😀x"), ("T", "")]
+    for i, (topic, key) in enumerate(keys * 3):
+        a.put_key(topic, key, 100 * i, T0 + 700 * i)
+        b.put(index_key_hash(f"{topic}#{key}"), 100 * i, T0 + 700 * i)
+    fields = ("begin_ts", "end_ts", "begin_phys", "end_phys", "slot_count", "index_count", "_dirty_hi")
+    assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
+    assert bytes(a.buf) == bytes(b.buf)
+    a.close()
+    b.close()
