@@ -102,6 +102,9 @@ class Connection(asyncio.Protocol):
         except ProtocolError as e:
             error = e
             cmds = getattr(e, "frames", [])
+        # responses produced synchronously for this chunk leave in one write at the end: send() need not
+        # schedule a flush callback meanwhile
+        self._flush_scheduled = True
         try:
             for cmd in cmds:
                 if cmd.flag & 1:
@@ -109,8 +112,7 @@ class Connection(asyncio.Protocol):
                 else:
                     self._on_request(cmd)
         finally:
-            if self._wbuf:  # responses produced synchronously for this chunk leave in one write
-                self._flush_writes()
+            self._flush_writes()
         if error is not None:
             log.warning("%s: malformed frame from %s, closing: %s", self.name, self.remote_addr, error)
             self.close()

@@ -37,6 +37,7 @@ from orbitmq.protocol import (
     ext_str,
     normalize_send_header,
 )
+from orbitmq.protocol.ext import SEND_V2_TO_V1
 from orbitmq.store import MessageInner, PutResult, PutStatus
 
 RETRY_PREFIX = "%RETRY%"
@@ -71,6 +72,8 @@ _STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.F
                      PutStatus.SLAVE_NOT_AVAILABLE})
 
 _SUCCESS = int(ResponseCode.SUCCESS)
+_SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
+_V2_KEYS = frozenset(SEND_V2_TO_V1)
 _new_command = object.__new__
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body crc, flag, body length
@@ -139,13 +142,20 @@ class SendProcessor:
     def dispatch(self, conn: Any, req: RemotingCommand) -> RemotingCommand | Coroutine[Any, Any, RemotingCommand]:
         """The registered handler. Answers synchronously when the put needs no waiting (ASYNC_FLUSH, WAIT=false,
         refused); only a SYNC_FLUSH group-commit wait becomes a coroutine (the connection runs it as a task)."""
-        ext = normalize_send_header(req.ext_fields)
+        raw = req.ext_fields
         try:
-            # The C++ client marks batches with batch="1" (not a Java boolean): accept it too.
-            if req.code == RequestCode.SEND_BATCH_MESSAGE or ext_bool(ext, "batch", False) or ext.get("batch") == "1":
-                msgs, queue_id = self._prepare_batch(conn, req, ext)
+            if raw and "b" in raw and req.code != _SEND_BATCH and raw.keys() <= _V2_KEYS and (
+                    type(m := raw.get("m", "")) is str and m != "1" and m.lower() != "true"):
+                # a plain V2 single send (single-letter keys only): read directly, no renamed copy
+                msgs, queue_id = self._prepare_one(conn, req, raw, True)
             else:
-                msgs, queue_id = self._prepare_one(conn, req, ext)
+                ext = normalize_send_header(raw)
+                # The C++ client marks batches with batch="1" (not a Java boolean): accept it too.
+                if (req.code == RequestCode.SEND_BATCH_MESSAGE or ext_bool(ext, "batch", False)
+                        or ext.get("batch") == "1"):
+                    msgs, queue_id = self._prepare_batch(conn, req, ext)
+                else:
+                    msgs, queue_id = self._prepare_one(conn, req, ext)
         except (SendReject, HeaderError) as r:
             code = r.code if isinstance(r, SendReject) else int(ResponseCode.SYSTEM_ERROR)
             resp = req.response(code, str(r))
@@ -192,6 +202,7 @@ class SendProcessor:
         if not cfg.broker_permission & Perm.WRITE and tc is not None and tc.order:
             raise SendReject(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] sending message is forbidden")
         if tc is None:
+            ext = normalize_send_header(ext)  # the V2 fast path passes single-letter keys; a no-op for V1 names
             unit = ext_bool(ext, "unitMode", False)
             retry = topic.startswith(RETRY_PREFIX)
             sys_flag = (2 if unit else 0) if retry else (1 if unit else 0)
@@ -219,16 +230,29 @@ class SendProcessor:
         return queue_id
 
     # ----- single message -----
-    def _prepare_one(self, conn: Any, req: RemotingCommand, ext: dict[str, str]) -> tuple[list[MessageInner], int]:
+    def _prepare_one(self, conn: Any, req: RemotingCommand, ext: dict[str, str],
+                     v2: bool = False) -> tuple[list[MessageInner], int]:
+        """`v2`: `ext` has the single-letter keys of SEND_MESSAGE_V2 (and only those), read without renaming."""
         ctx = self.ctx
         try:  # every required field present and decimal (values are str): read inline
-            topic = ext["topic"]
-            ext["producerGroup"]
-            queue_id = int(ext["queueId"])
-            sys_flag = int(ext["sysFlag"])
-            born_ts = int(ext["bornTimestamp"])
-            flag = int(ext["flag"])
+            if v2:
+                topic = ext["b"]
+                ext["a"]
+                queue_id = int(ext["e"])
+                sys_flag = int(ext["f"])
+                born_ts = int(ext["g"])
+                flag = int(ext["h"])
+            else:
+                topic = ext["topic"]
+                ext["producerGroup"]
+                queue_id = int(ext["queueId"])
+                sys_flag = int(ext["sysFlag"])
+                born_ts = int(ext["bornTimestamp"])
+                flag = int(ext["flag"])
         except (KeyError, TypeError, ValueError):  # the checked reads raise the right HeaderError, in order
+            if v2:  # the errors name the V1 fields
+                ext = normalize_send_header(ext)
+                v2 = False
             topic = ext_str(ext, "topic")
             ext_str(ext, "producerGroup")
             queue_id = ext_int(ext, "queueId")
@@ -237,9 +261,14 @@ class SendProcessor:
             flag = ext_int(ext, "flag")
         tc = self._check_topic(conn, ext, topic, batch=False)
         queue_id = self._pick_queue(conn, tc, queue_id)
-        props = decode_properties(ext.get("properties"))
-        reconsume_times = ext_int(ext, "reconsumeTimes", 0) or 0
+        if v2:
+            props = decode_properties(ext.get("i"))
+            reconsume_times = ext_int(ext, "j", 0) or 0
+        else:
+            props = decode_properties(ext.get("properties"))
+            reconsume_times = ext_int(ext, "reconsumeTimes", 0) or 0
         if topic.startswith(RETRY_PREFIX):
+            ext = normalize_send_header(ext)  # no-op for V1 names
             topic, queue_id = self._retry_or_dlq(req, ext, topic, queue_id, reconsume_times, props)
             if topic.startswith(DLQ_PREFIX):
                 tc = ctx.topics.get(topic) or tc
