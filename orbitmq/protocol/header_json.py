@@ -16,6 +16,7 @@ from orbitmq.protocol.codes import LanguageCode
 from orbitmq.protocol.command import RemotingCommand
 
 _SORT = orjson.OPT_SORT_KEYS
+_dumps = orjson.dumps
 _ONLY_STR = {str}
 _LANG_BY_VALUE = {lc.value: lc.name for lc in LanguageCode}
 
@@ -40,6 +41,13 @@ def _ext_for_wire(ext: dict[str, Any]) -> dict[str, str]:
 
 
 def encode_json_header(cmd: RemotingCommand) -> bytes:
+    ext = cmd.ext_fields
+    if ext is not None and cmd.remark is None:  # the common response shape: one dict literal, same output
+        if ext and set(map(type, ext.values())) != _ONLY_STR:
+            ext = _ext_for_wire(ext)
+        return _dumps({"code": cmd.code, "extFields": ext, "flag": cmd.flag, "language": cmd.language,
+                       "opaque": cmd.opaque, "serializeTypeCurrentRPC": "JSON", "version": cmd.version},
+                      option=_SORT)
     d: dict[str, Any] = {"code": cmd.code}
     if cmd.ext_fields is not None:
         d["extFields"] = _ext_for_wire(cmd.ext_fields)
