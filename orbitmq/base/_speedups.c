@@ -22,6 +22,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -138,6 +139,37 @@ static int header_names_init(void) {
     return int_zero == NULL ? -1 : 0;
 }
 
+/* Where cls stores each of cmd_attrs: __slots__ members are written in place (what their descriptors do),
+ * looked up once per class and again whenever the class changes (its version tag). Any attribute that is not a
+ * plain object slot makes the class use PyObject_SetAttr instead. */
+static PyTypeObject *slots_cls;      /* strong reference */
+static unsigned int slots_version;
+static Py_ssize_t slots_off[9];      /* all > 0 when usable */
+
+static int slot_offsets(PyTypeObject *tp) {
+    if (tp == slots_cls && (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) && tp->tp_version_tag == slots_version)
+        return slots_off[0] > 0;
+    Py_ssize_t off[9];
+    int usable = 1;
+    for (int i = 0; i < 9 && usable; i++) {
+        PyObject *descr = _PyType_Lookup(tp, cmd_attrs[i]); /* borrowed; refreshes the version tag */
+        if (descr == NULL || Py_TYPE(descr) != &PyMemberDescr_Type) {
+            usable = 0;
+            break;
+        }
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0) usable = 0;
+        off[i] = m->offset;
+    }
+    Py_INCREF(tp);
+    Py_XSETREF(slots_cls, tp);
+    slots_version = (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ? tp->tp_version_tag : 0;
+    for (int i = 0; i < 9; i++) slots_off[i] = usable ? off[i] : 0;
+    if (!(tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) /* no version tag to notice a change by: not cached */
+        Py_CLEAR(slots_cls);
+    return usable;
+}
+
 static PyObject *sp_command_from_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 || !PyType_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "command_from_header(cls, header, body)");
@@ -181,6 +213,13 @@ static PyObject *sp_command_from_header(PyObject *self, PyObject *const *args, P
     PyTypeObject *tp = (PyTypeObject *)cls;
     PyObject *cmd = tp->tp_alloc(tp, 0);
     if (cmd == NULL) return NULL;
+    if (slot_offsets(tp)) {
+        for (int i = 0; i < 9; i++) {
+            PyObject **slot = (PyObject **)((char *)cmd + slots_off[i]);
+            Py_XSETREF(*slot, Py_NewRef(v[i]));
+        }
+        return cmd;
+    }
     for (int i = 0; i < 9; i++) {
         if (PyObject_SetAttr(cmd, cmd_attrs[i], v[i]) < 0) {
             Py_DECREF(cmd);

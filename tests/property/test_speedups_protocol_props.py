@@ -114,3 +114,23 @@ def test_common_send_header_takes_the_fast_path():
                                                       body=b"x")
     assert native.command_from_header(RemotingCommand, {**d, "flag": True}, b"x") is None  # bool: general path
     assert native.command_from_header(RemotingCommand, {**d, "extFields": {"a": 1}}, b"x") is None
+
+
+def test_command_from_header_follows_subclasses_and_class_changes():
+    """Slots are written where the class keeps them; a class changed after use is looked at again; an attribute
+    that is no plain slot fails as the Python twin's assignment fails."""
+
+    class Sub(RemotingCommand):
+        __slots__ = ("extra",)
+
+    d = {"code": 2, "language": "GO", "opaque": 5, "extFields": {"k": "v"}}
+    for cls in (RemotingCommand, Sub, RemotingCommand, Sub):
+        got = native.command_from_header(cls, d, b"b")
+        assert _fields(got) == _fields(command_from_header_py(cls, d, b"b"))
+        assert type(got) is cls
+    Sub.body = property(lambda self: b"fixed")  # type: ignore[assignment,method-assign]
+    for fn in (native.command_from_header, command_from_header_py):
+        with pytest.raises(AttributeError):
+            fn(Sub, d, b"b")
+    del Sub.body
+    assert native.command_from_header(Sub, d, b"b").body == b"b"
