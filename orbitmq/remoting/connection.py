@@ -112,7 +112,10 @@ class Connection(asyncio.Protocol):
                 else:
                     self._on_request(cmd)
         finally:
-            self._flush_writes()
+            if self._wbuf:
+                self._flush_writes(False)  # activity already stamped above
+            else:
+                self._flush_scheduled = False
         if error is not None:
             log.warning("%s: malformed frame from %s, closing: %s", self.name, self.remote_addr, error)
             self.close()
@@ -236,8 +239,9 @@ class Connection(asyncio.Protocol):
             self._flush_scheduled = True
             self._loop.call_soon(self._flush_writes)
 
-    def _flush_writes(self) -> None:
-        """Hand every queued frame to the transport in one write (one syscall when the socket is writable)."""
+    def _flush_writes(self, stamp: bool = True) -> None:
+        """Hand every queued frame to the transport in one write (one syscall when the socket is writable);
+        `stamp`: record the write as activity (data_received has just done so)."""
         self._flush_scheduled = False
         buf = self._wbuf
         if not buf:
@@ -249,7 +253,8 @@ class Connection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         transport.write(data)
-        self._last_activity = self._loop.time()
+        if stamp:
+            self._last_activity = self._loop.time()
 
     async def invoke(self, cmd: RemotingCommand, timeout_ms: int = 3000) -> RemotingCommand:
         """Send a request on this connection and wait for its response."""

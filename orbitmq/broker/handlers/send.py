@@ -264,10 +264,12 @@ class SendProcessor:
         queue_id = self._pick_queue(conn, tc, queue_id)
         if v2:
             props = decode_properties(ext.get("i"))
-            reconsume_times = ext_int(ext, "j", 0) or 0
+            rt = ext.get("j")
+            reconsume_times = 0 if rt is None or rt == "0" else ext_int(ext, "j", 0) or 0
         else:
             props = decode_properties(ext.get("properties"))
-            reconsume_times = ext_int(ext, "reconsumeTimes", 0) or 0
+            rt = ext.get("reconsumeTimes")
+            reconsume_times = 0 if rt is None or rt == "0" else ext_int(ext, "reconsumeTimes", 0) or 0
         if topic.startswith(RETRY_PREFIX):
             ext = normalize_send_header(ext)  # no-op for V1 names
             topic, queue_id = self._retry_or_dlq(req, ext, topic, queue_id, reconsume_times, props)

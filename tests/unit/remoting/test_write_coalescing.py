@@ -156,9 +156,9 @@ def test_synchronous_responses_schedule_no_extra_flush_and_later_sends_still_lea
         flushes = []
         flush = conn._flush_writes
 
-        def counting_flush() -> None:
+        def counting_flush(*args: bool) -> None:
             flushes.append(len(conn._wbuf))
-            flush()
+            flush(*args)
 
         conn._flush_writes = counting_flush  # type: ignore[method-assign]
         conn.data_received(b"".join(encode_frame(RemotingCommand.request(i)) for i in range(1, 4)))
