@@ -60,14 +60,16 @@ class _StubStore:
     """put_messages_nowait answering PUT_OK with increasing offsets (what an ASYNC_FLUSH store answers)."""
 
     def __init__(self) -> None:
-        self.offset = 0
-
-    def put_messages_nowait(self, msgs: list[Any]) -> tuple[Any, int]:
         from orbitmq.store import PutResult, PutStatus
 
+        self.offset = 0
+        self._result = PutResult
+        self._ok = PutStatus.PUT_OK
+
+    def put_messages_nowait(self, msgs: list[Any]) -> tuple[Any, int]:
         self.offset += 1
-        return PutResult(PutStatus.PUT_OK, self.offset * 1200, 1200, [f"7F00000100002A9F{self.offset:016X}"],
-                         self.offset, 1, 1_700_000_000_000), -1
+        return self._result(self._ok, self.offset * 1200, 1200, [f"7F00000100002A9F{self.offset:016X}"],
+                            self.offset, 1, 1_700_000_000_000), -1
 
 
 def _frames(n: int) -> list[bytes]:
