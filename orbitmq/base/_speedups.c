@@ -7,6 +7,9 @@
  *
  *   crc32(data)                      zlib.crc32(data) (slicing-by-8 table, no zlib headers needed)
  *   java_hash(s)                     model/tags.py java_hash_py: Java String.hashCode over UTF-16 code units
+ *   command_from_header(cls, header, body)
+ *                                    protocol/header_json.py command_from_header_py: the common JSON header shape
+ *                                    to a RemotingCommand, None for anything the general decoder must decide
  *   decode_properties(text)          model/properties.py decode_properties_py
  *   encode_record_into(buf, pos, ...) model/record.py encode_record_into_py: one stored record written in place
  *   decode_record_v4(buf, pos, check_crc, cls, host_memo)
@@ -25,6 +28,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -117,6 +121,118 @@ static PyObject *sp_java_hash(PyObject *self, PyObject *s) {
         }
     }
     return PyLong_FromLong((long)(int32_t)h);
+}
+
+/* ---- remoting command from a decoded JSON header (fast path) ------------------------------------------ */
+/* command_from_header(cls, header, body) -> cls instance or None.
+ * header is what orjson.loads gave for a serialize-type-0 header. The common shape only: a dict whose code,
+ * version, opaque and flag are ints (code present, the others default to 0), language a str, remark absent/null
+ * or a str, extFields absent/null or a dict of str values (kept as is, not copied). Anything else returns None
+ * and protocol/header_json.py's general decoder decides (conversions, defaults and ProtocolErrors). */
+static PyObject *hdr_keys[7];  /* code, version, opaque, flag, language, remark, extFields */
+static PyObject *cmd_attrs[9]; /* code, version, opaque, flag, language, remark, ext_fields, body, serialize_type */
+static PyObject *int_zero;
+
+static int header_names_init(void) {
+    static const char *keys[7] = {"code", "version", "opaque", "flag", "language", "remark", "extFields"};
+    static const char *attrs[9] = {"code",   "version",    "opaque", "flag",          "language",
+                                   "remark", "ext_fields", "body",   "serialize_type"};
+    for (int i = 0; i < 7; i++)
+        if ((hdr_keys[i] = PyUnicode_InternFromString(keys[i])) == NULL) return -1;
+    for (int i = 0; i < 9; i++)
+        if ((cmd_attrs[i] = PyUnicode_InternFromString(attrs[i])) == NULL) return -1;
+    int_zero = PyLong_FromLong(0);
+    return int_zero == NULL ? -1 : 0;
+}
+
+/* Where cls stores each of cmd_attrs: __slots__ members are written in place (what their descriptors do),
+ * looked up once per class and again whenever the class changes (its version tag). Any attribute that is not a
+ * plain object slot makes the class use PyObject_SetAttr instead. */
+static PyTypeObject *slots_cls;      /* strong reference */
+static unsigned int slots_version;
+static Py_ssize_t slots_off[9];      /* all > 0 when usable */
+
+static int slot_offsets(PyTypeObject *tp) {
+    if (tp == slots_cls && (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) && tp->tp_version_tag == slots_version)
+        return slots_off[0] > 0;
+    Py_ssize_t off[9];
+    int usable = 1;
+    for (int i = 0; i < 9 && usable; i++) {
+        PyObject *descr = _PyType_Lookup(tp, cmd_attrs[i]); /* borrowed; refreshes the version tag */
+        if (descr == NULL || Py_TYPE(descr) != &PyMemberDescr_Type) {
+            usable = 0;
+            break;
+        }
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0) usable = 0;
+        off[i] = m->offset;
+    }
+    Py_INCREF(tp);
+    Py_XSETREF(slots_cls, tp);
+    slots_version = (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ? tp->tp_version_tag : 0;
+    for (int i = 0; i < 9; i++) slots_off[i] = usable ? off[i] : 0;
+    if (!(tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) /* no version tag to notice a change by: not cached */
+        Py_CLEAR(slots_cls);
+    return usable;
+}
+
+static PyObject *sp_command_from_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "command_from_header(cls, header, body)");
+        return NULL;
+    }
+    PyObject *cls = args[0], *d = args[1], *v[9];
+    if (!PyDict_CheckExact(d)) Py_RETURN_NONE;
+    PyObject *zero = int_zero;
+    for (int i = 0; i < 4; i++) { /* code (required), version, opaque, flag */
+        PyObject *x = PyDict_GetItemWithError(d, hdr_keys[i]);
+        if (x == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            if (i == 0) Py_RETURN_NONE;
+            x = zero;
+        }
+        if (!PyLong_CheckExact(x)) Py_RETURN_NONE;
+        v[i] = x;
+    }
+    PyObject *x = PyDict_GetItemWithError(d, hdr_keys[4]); /* language */
+    if (x == NULL && PyErr_Occurred()) return NULL;
+    if (x == NULL || !PyUnicode_CheckExact(x)) Py_RETURN_NONE;
+    v[4] = x;
+    x = PyDict_GetItemWithError(d, hdr_keys[5]); /* remark */
+    if (x == NULL && PyErr_Occurred()) return NULL;
+    if (x == NULL) x = Py_None;
+    if (x != Py_None && !PyUnicode_CheckExact(x)) Py_RETURN_NONE;
+    v[5] = x;
+    x = PyDict_GetItemWithError(d, hdr_keys[6]); /* extFields */
+    if (x == NULL && PyErr_Occurred()) return NULL;
+    if (x == NULL) x = Py_None;
+    if (x != Py_None) {
+        if (!PyDict_CheckExact(x)) Py_RETURN_NONE;
+        Py_ssize_t pos = 0;
+        PyObject *k, *val;
+        while (PyDict_Next(x, &pos, &k, &val))
+            if (!PyUnicode_CheckExact(val)) Py_RETURN_NONE;
+    }
+    v[6] = x;
+    v[7] = args[2];
+    v[8] = zero;
+    PyTypeObject *tp = (PyTypeObject *)cls;
+    PyObject *cmd = tp->tp_alloc(tp, 0);
+    if (cmd == NULL) return NULL;
+    if (slot_offsets(tp)) {
+        for (int i = 0; i < 9; i++) {
+            PyObject **slot = (PyObject **)((char *)cmd + slots_off[i]);
+            Py_XSETREF(*slot, Py_NewRef(v[i]));
+        }
+        return cmd;
+    }
+    for (int i = 0; i < 9; i++) {
+        if (PyObject_SetAttr(cmd, cmd_attrs[i], v[i]) < 0) {
+            Py_DECREF(cmd);
+            return NULL;
+        }
+    }
+    return cmd;
 }
 
 /* ---- properties: name \x01 value \x02 ... ------------------------------------------------------------ */
@@ -759,6 +875,8 @@ static PyObject *sp_index_put_key(PyObject *self, PyObject *const *args, Py_ssiz
 static PyMethodDef methods[] = {
     {"crc32", sp_crc32, METH_O, "zlib.crc32(data) (unsigned)."},
     {"java_hash", sp_java_hash, METH_O, "Java String.hashCode over UTF-16 code units, signed 32-bit."},
+    {"command_from_header", (PyCFunction)(void (*)(void))sp_command_from_header, METH_FASTCALL,
+     "RemotingCommand from a decoded JSON header of the common shape, or None."},
     {"decode_properties", sp_decode_properties, METH_O, "Lenient decode of a message properties string."},
     {"encode_record_into", (PyCFunction)(void (*)(void))sp_encode_record_into, METH_FASTCALL,
      "Write one V1 stored record at buf[pos:]; returns its size."},
@@ -782,6 +900,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "orbitmq.base._speedu
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     crc_init();
+    if (header_names_init() < 0) return NULL;
     PyObject *st = PyImport_ImportModule("struct");
     if (st == NULL) return NULL;
     struct_error = PyObject_GetAttrString(st, "error");

@@ -6,6 +6,7 @@ Read by GET_BROKER_RUNTIME_INFO (runtime_info() uses the Java key names).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import date
 
@@ -18,7 +19,7 @@ _NSERIES = 6
 
 class BrokerStats:
     __slots__ = ("put_msgs_total", "put_bytes_total", "get_msgs_total", "get_bytes_total", "get_found_total",
-                 "get_miss_total", "_buckets", "_sec", "_clock", "_today", "_today_morning",
+                 "get_miss_total", "_buckets", "_sec", "_clock", "_ns", "_today", "_today_morning",
                  "_yesterday_morning", "_today_fn", "counters")
 
     def __init__(self, clock_ms: Callable[[], int] = monotonic_ms, today: Callable[[], date] = date.today) -> None:
@@ -32,6 +33,8 @@ class BrokerStats:
         # _buckets[series][sec % WINDOW] = count in that second
         self._buckets = [[0] * _WINDOW_S for _ in range(_NSERIES)]
         self._clock = clock_ms
+        # the default clock read directly (its seconds are monotonic_ns // 10**9): one Python call less per put
+        self._ns = time.monotonic_ns if clock_ms is monotonic_ms else None
         self._sec = clock_ms() // 1000
         self._today_fn = today
         self._today = today()
@@ -39,7 +42,8 @@ class BrokerStats:
         self._yesterday_morning = (0, 0)
 
     def _roll(self) -> int:
-        sec = self._clock() // 1000
+        ns = self._ns
+        sec = ns() // 1_000_000_000 if ns is not None else self._clock() // 1000
         if sec != self._sec:
             gap = min(sec - self._sec, _WINDOW_S)
             for series in self._buckets:

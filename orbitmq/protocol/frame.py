@@ -88,39 +88,46 @@ class FrameDecoder:
         return out
 
     def _parse(self, src: bytes | bytearray, out: list[RemotingCommand]) -> int:
+        if type(src) is bytes:  # slices of bytes are bytes: no view needed
+            return self._parse_view(src, src, out)
+        with memoryview(src) as mv:  # a bytearray: views, released before the buffer is resized
+            return self._parse_view(src, mv, out)
+
+    def _parse_view(self, src: bytes | bytearray, mv: bytes | memoryview, out: list[RemotingCommand]) -> int:
         end = len(src)
         pos = 0
         max_size = self.max_frame_size
         unpack_prefix = _PREFIX.unpack_from
-        with memoryview(src) as mv:
-            while end - pos >= 4:
-                if end - pos >= 8:
-                    length, word = unpack_prefix(mv, pos)
+        while end - pos >= 4:
+            if end - pos >= 8:
+                length, word = unpack_prefix(mv, pos)
+            else:
+                (length,) = _LEN.unpack_from(mv, pos)
+                word = 0
+            if length < 4:
+                raise ProtocolError(f"frame length {length} < 4")
+            if length + 4 > max_size:
+                raise ProtocolError(f"frame of {length + 4} bytes exceeds the {max_size}-byte limit")
+            frame_end = pos + 4 + length
+            if frame_end > end:
+                break
+            stype = word >> 24
+            hlen = word & 0xFFFFFF
+            if hlen > length - 4:
+                raise ProtocolError(f"header length {hlen} > frame length {length} - 4")
+            hstart = pos + 8
+            bstart = hstart + hlen
+            body = mv[bstart:frame_end] if bstart < frame_end else None
+            if body is not None and type(body) is not bytes:
+                body = bytes(body)
+            try:
+                if stype == 0:
+                    out.append(decode_json_header(mv[hstart:bstart], body))
                 else:
-                    (length,) = _LEN.unpack_from(mv, pos)
-                    word = 0
-                if length < 4:
-                    raise ProtocolError(f"frame length {length} < 4")
-                if length + 4 > max_size:
-                    raise ProtocolError(f"frame of {length + 4} bytes exceeds the {max_size}-byte limit")
-                frame_end = pos + 4 + length
-                if frame_end > end:
-                    break
-                stype = word >> 24
-                hlen = word & 0xFFFFFF
-                if hlen > length - 4:
-                    raise ProtocolError(f"header length {hlen} > frame length {length} - 4")
-                hstart = pos + 8
-                bstart = hstart + hlen
-                body = bytes(mv[bstart:frame_end]) if bstart < frame_end else None
-                try:
-                    if stype == 0:
-                        out.append(decode_json_header(mv[hstart:bstart], body))
-                    else:
-                        out.append(decode_frame_content(stype, mv[hstart:bstart], body))
-                except ProtocolError:
-                    raise
-                except Exception as e:  # any decoder surprise is a malformed frame
-                    raise ProtocolError(f"undecodable header: {type(e).__name__}: {e}") from None
-                pos = frame_end
+                    out.append(decode_frame_content(stype, mv[hstart:bstart], body))
+            except ProtocolError:
+                raise
+            except Exception as e:  # any decoder surprise is a malformed frame
+                raise ProtocolError(f"undecodable header: {type(e).__name__}: {e}") from None
+            pos = frame_end
         return pos

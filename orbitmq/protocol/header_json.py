@@ -11,10 +11,12 @@ from typing import Any
 import orjson
 
 from orbitmq.base.errors import ProtocolError
+from orbitmq.base.native import speedups
 from orbitmq.protocol.codes import LanguageCode
 from orbitmq.protocol.command import RemotingCommand
 
 _SORT = orjson.OPT_SORT_KEYS
+_dumps = orjson.dumps
 _ONLY_STR = {str}
 _LANG_BY_VALUE = {lc.value: lc.name for lc in LanguageCode}
 
@@ -39,6 +41,13 @@ def _ext_for_wire(ext: dict[str, Any]) -> dict[str, str]:
 
 
 def encode_json_header(cmd: RemotingCommand) -> bytes:
+    ext = cmd.ext_fields
+    if ext is not None and cmd.remark is None:  # the common response shape: one dict literal, same output
+        if ext and set(map(type, ext.values())) != _ONLY_STR:
+            ext = _ext_for_wire(ext)
+        return _dumps({"code": cmd.code, "extFields": ext, "flag": cmd.flag, "language": cmd.language,
+                       "opaque": cmd.opaque, "serializeTypeCurrentRPC": "JSON", "version": cmd.version},
+                      option=_SORT)
     d: dict[str, Any] = {"code": cmd.code}
     if cmd.ext_fields is not None:
         d["extFields"] = _ext_for_wire(cmd.ext_fields)
@@ -60,7 +69,6 @@ def _ext_from_wire(raw: Any) -> dict[str, str] | None:
     if not raw or set(map(type, raw.values())) == _ONLY_STR:  # common case: nothing to convert
         return raw
     return {str(k): ext_value_to_str(v) for k, v in raw.items() if v is not None}
-
 
 
 def _int_field(d: dict[str, Any], key: str, default: int) -> int:
@@ -85,11 +93,54 @@ def _language(v: Any) -> str:
     return "OTHER"
 
 
+def command_from_header_py(cls: type[RemotingCommand], d: Any, body: bytes | None) -> RemotingCommand | None:
+    """The common header shape (int code/version/opaque/flag with code present, str language, remark absent/null
+    or str, extFields absent/null or all-str dict) straight to a command; None for anything else, which the
+    general decoder handles. Pure-Python twin of the native command_from_header."""
+    if type(d) is not dict:
+        return None
+    get = d.get
+    code = get("code")
+    version = get("version", 0)
+    opaque = get("opaque", 0)
+    flag = get("flag", 0)
+    if type(code) is not int or type(version) is not int or type(opaque) is not int or type(flag) is not int:
+        return None
+    language = get("language")
+    if type(language) is not str:
+        return None
+    remark = get("remark")
+    if remark is not None and type(remark) is not str:
+        return None
+    ext = get("extFields")
+    if ext is not None and (type(ext) is not dict or (ext and set(map(type, ext.values())) != _ONLY_STR)):
+        return None
+    cmd = _new(cls)
+    cmd.code = code
+    cmd.version = version
+    cmd.opaque = opaque
+    cmd.flag = flag
+    cmd.language = language
+    cmd.remark = remark
+    cmd.ext_fields = ext
+    cmd.body = body
+    cmd.serialize_type = 0
+    return cmd
+
+
 def decode_json_header(data: bytes | memoryview, body: bytes | None = None) -> RemotingCommand:
     try:
         d = orjson.loads(data)
     except orjson.JSONDecodeError as e:
         raise ProtocolError(f"undecodable JSON header: {e}") from None
+    cmd = _command_from_header(RemotingCommand, d, body)
+    if cmd is not None:
+        return cmd
+    return decode_header_dict(d, body)
+
+
+def decode_header_dict(d: Any, body: bytes | None) -> RemotingCommand:
+    """The general decoder of a parsed JSON header: conversions, defaults and ProtocolErrors for any shape."""
     if type(d) is not dict:
         raise ProtocolError("JSON header is not an object")
     get = d.get
@@ -124,3 +175,5 @@ def decode_json_header(data: bytes | memoryview, body: bytes | None = None) -> R
 
 
 _new = object.__new__
+_native = speedups()
+_command_from_header = command_from_header_py if _native is None else _native.command_from_header

@@ -102,6 +102,9 @@ class Connection(asyncio.Protocol):
         except ProtocolError as e:
             error = e
             cmds = getattr(e, "frames", [])
+        # responses produced synchronously for this chunk leave in one write at the end: send() need not
+        # schedule a flush callback meanwhile
+        self._flush_scheduled = True
         try:
             for cmd in cmds:
                 if cmd.flag & 1:
@@ -109,8 +112,10 @@ class Connection(asyncio.Protocol):
                 else:
                     self._on_request(cmd)
         finally:
-            if self._wbuf:  # responses produced synchronously for this chunk leave in one write
-                self._flush_writes()
+            if self._wbuf:
+                self._flush_writes(False)  # activity already stamped above
+            else:
+                self._flush_scheduled = False
         if error is not None:
             log.warning("%s: malformed frame from %s, closing: %s", self.name, self.remote_addr, error)
             self.close()
@@ -234,8 +239,9 @@ class Connection(asyncio.Protocol):
             self._flush_scheduled = True
             self._loop.call_soon(self._flush_writes)
 
-    def _flush_writes(self) -> None:
-        """Hand every queued frame to the transport in one write (one syscall when the socket is writable)."""
+    def _flush_writes(self, stamp: bool = True) -> None:
+        """Hand every queued frame to the transport in one write (one syscall when the socket is writable);
+        `stamp`: record the write as activity (data_received has just done so)."""
         self._flush_scheduled = False
         buf = self._wbuf
         if not buf:
@@ -247,7 +253,8 @@ class Connection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         transport.write(data)
-        self._last_activity = self._loop.time()
+        if stamp:
+            self._last_activity = self._loop.time()
 
     async def invoke(self, cmd: RemotingCommand, timeout_ms: int = 3000) -> RemotingCommand:
         """Send a request on this connection and wait for its response."""

@@ -92,3 +92,25 @@ def test_fastjson_message_queue_keys_round_trip(table):
     raw = fastjson.dumps({"offsetTable": table})
     assert b" " not in raw or any(" " in (mq.topic + mq.broker_name) for mq in table)
     assert fastjson.loads(raw) == {"offsetTable": table}
+
+
+_ext_any = st.none() | st.dictionaries(nonempty, st.none() | st.booleans() | i32 | nonempty, max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(commands(serialize_type=0), _ext_any, st.none() | text)
+def test_json_header_bytes_are_sorted_compact_json_of_the_fields(cmd, ext_fields, remark):
+    """Every command shape (with or without extFields/remark, non-str ext values) encodes to the same bytes:
+    keys sorted at both levels, ext values as Java strings, null ext values and a null remark left out."""
+    import orjson
+
+    from orbitmq.protocol.header_json import ext_value_to_str
+
+    cmd.ext_fields, cmd.remark = ext_fields, remark
+    want: dict = {"code": cmd.code, "flag": cmd.flag, "language": cmd.language, "opaque": cmd.opaque,
+                  "serializeTypeCurrentRPC": "JSON", "version": cmd.version}
+    if ext_fields is not None:
+        want["extFields"] = {k: ext_value_to_str(v) for k, v in ext_fields.items() if v is not None}
+    if remark is not None:
+        want["remark"] = remark
+    assert encode_json_header(cmd) == orjson.dumps(want, option=orjson.OPT_SORT_KEYS)

@@ -38,6 +38,7 @@ from orbitmq.protocol import (
     ext_str,
     normalize_send_header,
 )
+from orbitmq.protocol.ext import SEND_V2_TO_V1
 from orbitmq.store import MessageInner, PutResult, PutStatus
 
 RETRY_PREFIX = "%RETRY%"
@@ -47,6 +48,7 @@ NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_
                                      TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
 TRANSACTION_UNSUPPORTED = "transaction messages are not supported yet"
 _RW = int(Perm.READ | Perm.WRITE)
+_WRITE = int(Perm.WRITE)  # a plain int: `x & Perm.WRITE` costs an Enum attribute lookup per send
 
 _PUT_CODES: dict[PutStatus, tuple[int, str | None]] = {
     PutStatus.PUT_OK: (ResponseCode.SUCCESS, None),
@@ -72,6 +74,8 @@ _STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.F
                      PutStatus.SLAVE_NOT_AVAILABLE})
 
 _SUCCESS = int(ResponseCode.SUCCESS)
+_SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
+_V2_KEYS = frozenset(SEND_V2_TO_V1)
 _new_command = object.__new__
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body crc, flag, body length
@@ -153,13 +157,20 @@ class SendProcessor:
     def dispatch(self, conn: Any, req: RemotingCommand) -> RemotingCommand | Coroutine[Any, Any, RemotingCommand]:
         """The registered handler. Answers synchronously when the put needs no waiting (ASYNC_FLUSH, WAIT=false,
         refused); only a SYNC_FLUSH group-commit wait becomes a coroutine (the connection runs it as a task)."""
-        ext = normalize_send_header(req.ext_fields)
+        raw = req.ext_fields
         try:
-            # The C++ client marks batches with batch="1" (not a Java boolean): accept it too.
-            if req.code == RequestCode.SEND_BATCH_MESSAGE or ext_bool(ext, "batch", False) or ext.get("batch") == "1":
-                msgs, queue_id = self._prepare_batch(conn, req, ext)
+            if raw and "b" in raw and req.code != _SEND_BATCH and raw.keys() <= _V2_KEYS and (
+                    type(m := raw.get("m", "")) is str and m != "1" and m.lower() != "true"):
+                # a plain V2 single send (single-letter keys only): read directly, no renamed copy
+                msgs, queue_id = self._prepare_one(conn, req, raw, True)
             else:
-                msgs, queue_id = self._prepare_one(conn, req, ext)
+                ext = normalize_send_header(raw)
+                # The C++ client marks batches with batch="1" (not a Java boolean): accept it too.
+                if (req.code == RequestCode.SEND_BATCH_MESSAGE or ext_bool(ext, "batch", False)
+                        or ext.get("batch") == "1"):
+                    msgs, queue_id = self._prepare_batch(conn, req, ext)
+                else:
+                    msgs, queue_id = self._prepare_one(conn, req, ext)
         except (SendReject, HeaderError) as r:
             code = r.code if isinstance(r, SendReject) else int(ResponseCode.SYSTEM_ERROR)
             resp = req.response(code, str(r))
@@ -203,9 +214,10 @@ class SendProcessor:
             if len(self._valid_topics) < 100_000:
                 self._valid_topics.add(topic)
         tc = ctx.topics.get(topic)
-        if not cfg.broker_permission & Perm.WRITE and tc is not None and tc.order:
+        if not cfg.broker_permission & _WRITE and tc is not None and tc.order:
             raise SendReject(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] sending message is forbidden")
         if tc is None:
+            ext = normalize_send_header(ext)  # the V2 fast path passes single-letter keys; a no-op for V1 names
             unit = ext_bool(ext, "unitMode", False)
             retry = topic.startswith(RETRY_PREFIX)
             sys_flag = (2 if unit else 0) if retry else (1 if unit else 0)
@@ -218,12 +230,12 @@ class SendProcessor:
                 raise SendReject(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! "
                                                                "(auto-create is off or the default topic cannot "
                                                                "be inherited)")
-        if not tc.perm & Perm.WRITE:  # e.g. %DLQ%<group> (read-only)
+        if not tc.perm & _WRITE:  # e.g. %DLQ%<group> (read-only)
             raise SendReject(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         return tc
 
     def _pick_queue(self, conn: Any, tc: Any, queue_id: int) -> int:
-        if queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
+        if queue_id >= tc.write_queue_nums and queue_id >= tc.read_queue_nums:  # >= the larger of the two
             raise SendReject(ResponseCode.SYSTEM_ERROR,
                              f"request queueId[{queue_id}] is illegal, topic:{tc.topic_name} "
                              f"writeQueueNums:{tc.write_queue_nums} producer:{getattr(conn, 'remote_addr', '')}")
@@ -233,16 +245,29 @@ class SendProcessor:
         return queue_id
 
     # ----- single message -----
-    def _prepare_one(self, conn: Any, req: RemotingCommand, ext: dict[str, str]) -> tuple[list[MessageInner], int]:
+    def _prepare_one(self, conn: Any, req: RemotingCommand, ext: dict[str, str],
+                     v2: bool = False) -> tuple[list[MessageInner], int]:
+        """`v2`: `ext` has the single-letter keys of SEND_MESSAGE_V2 (and only those), read without renaming."""
         ctx = self.ctx
         try:  # every required field present and decimal (values are str): read inline
-            topic = ext["topic"]
-            ext["producerGroup"]
-            queue_id = int(ext["queueId"])
-            sys_flag = int(ext["sysFlag"])
-            born_ts = int(ext["bornTimestamp"])
-            flag = int(ext["flag"])
+            if v2:
+                topic = ext["b"]
+                ext["a"]
+                queue_id = int(ext["e"])
+                sys_flag = int(ext["f"])
+                born_ts = int(ext["g"])
+                flag = int(ext["h"])
+            else:
+                topic = ext["topic"]
+                ext["producerGroup"]
+                queue_id = int(ext["queueId"])
+                sys_flag = int(ext["sysFlag"])
+                born_ts = int(ext["bornTimestamp"])
+                flag = int(ext["flag"])
         except (KeyError, TypeError, ValueError):  # the checked reads raise the right HeaderError, in order
+            if v2:  # the errors name the V1 fields
+                ext = normalize_send_header(ext)
+                v2 = False
             topic = ext_str(ext, "topic")
             ext_str(ext, "producerGroup")
             queue_id = ext_int(ext, "queueId")
@@ -251,9 +276,16 @@ class SendProcessor:
             flag = ext_int(ext, "flag")
         tc = self._check_topic(conn, ext, topic, batch=False)
         queue_id = self._pick_queue(conn, tc, queue_id)
-        props = decode_properties(ext.get("properties"))
-        reconsume_times = ext_int(ext, "reconsumeTimes", 0) or 0
+        if v2:
+            props = decode_properties(ext.get("i"))
+            rt = ext.get("j")
+            reconsume_times = 0 if rt is None or rt == "0" else ext_int(ext, "j", 0) or 0
+        else:
+            props = decode_properties(ext.get("properties"))
+            rt = ext.get("reconsumeTimes")
+            reconsume_times = 0 if rt is None or rt == "0" else ext_int(ext, "reconsumeTimes", 0) or 0
         if topic.startswith(RETRY_PREFIX):
+            ext = normalize_send_header(ext)  # no-op for V1 names
             topic, queue_id = self._retry_or_dlq(req, ext, topic, queue_id, reconsume_times, props)
             if topic.startswith(DLQ_PREFIX):
                 tc = ctx.topics.get(topic) or tc

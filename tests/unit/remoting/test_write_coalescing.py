@@ -146,6 +146,36 @@ def test_responses_of_one_chunk_leave_in_one_write(run):
     run(main())
 
 
+def test_synchronous_responses_schedule_no_extra_flush_and_later_sends_still_leave(run):
+    """The write at the end of data_received is the only flush for that chunk (no callback left for the loop);
+    a send() outside data_received is still flushed on the next loop iteration."""
+    async def main():
+        conn = Connection(lambda c, cmd: cmd.response(remark=str(cmd.code)), idle_timeout_s=0)
+        tr = FakeTransport()
+        conn.connection_made(tr)
+        flushes = []
+        flush = conn._flush_writes
+
+        def counting_flush(*args: bool) -> None:
+            flushes.append(len(conn._wbuf))
+            flush(*args)
+
+        conn._flush_writes = counting_flush  # type: ignore[method-assign]
+        conn.data_received(b"".join(encode_frame(RemotingCommand.request(i)) for i in range(1, 4)))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert flushes == [3] and len(tr.writes) == 1
+        conn.send(RemotingCommand.request(9))
+        assert len(tr.writes) == 1
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert flushes == [3, 1] and [c.code for c in frames_of(tr.writes[1:])] == [9]
+        conn.data_received(encode_frame(RemotingCommand.request(5)))  # a chunk after that: one write again
+        assert len(tr.writes) == 3
+
+    run(main())
+
+
 def test_concurrent_invokes_over_tcp_all_answered_in_order(run):
     async def main():
         seen: list[int] = []
