@@ -919,7 +919,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     /* native.py loads the module only when this matches its API_VERSION: a stale build from an older source
      * (an editable install not rebuilt) is ignored instead of missing functions. Bump it with every change of a
      * function's contract or the set of functions. */
-    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 2) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 3) < 0) {
         Py_DECREF(m);
         return NULL;
     }
