@@ -16,11 +16,12 @@ MAX_PAIRS = 65_536  # bound: beyond it new pairs are not counted until idle ones
 
 
 class _Series:
-    __slots__ = ("buckets", "sec")
+    __slots__ = ("buckets", "sec", "last")
 
     def __init__(self, sec: int) -> None:
         self.buckets = [0] * WINDOW_S
-        self.sec = sec
+        self.sec = sec  # the second the buckets are rolled up to
+        self.last = sec  # the second of the last count (idleness)
 
     def roll(self, sec: int) -> None:
         """Clear the buckets of the seconds between the last count and `sec`."""
@@ -61,6 +62,7 @@ class GroupGetStats:
         elif s.sec != sec:
             s.roll(sec)
         s.buckets[sec % WINDOW_S] += msg_count
+        s.last = sec
 
     def tps(self, group: str, topic: str) -> float:
         """Average messages per second pulled by `group` from `topic` over the last WINDOW_S complete seconds."""
@@ -74,6 +76,6 @@ class GroupGetStats:
         return (sum(s.buckets) - s.buckets[cur]) / WINDOW_S
 
     def _expire(self, sec: int) -> None:
-        idle = [k for k, s in self._series.items() if sec - s.sec > WINDOW_S]
+        idle = [k for k, s in self._series.items() if sec - s.last > WINDOW_S]
         for k in idle:
             del self._series[k]

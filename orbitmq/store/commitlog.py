@@ -135,6 +135,14 @@ class CommitLog:
             seg.wrote_position = seg.size
         return self.segments.roll()
 
+    def _begin_write(self, total: int) -> tuple[Segment, int]:
+        """The segment taking `total` bytes and the store timestamp of the records (never going backwards)."""
+        seg = self._writable_segment(total)
+        now = self.clock.now_ms()
+        store_ts = now if now > self.last_store_timestamp else self.last_store_timestamp
+        self.last_store_timestamp = store_ts
+        return seg, store_ts
+
     def append(self, msgs: list[MessageInner]) -> Appended:
         """Append one message or one batch (all records land in one segment, consecutive queue offsets)."""
         if msgs:
@@ -180,10 +188,7 @@ class CommitLog:
             total += size
         if total + BLANK_SIZE > self.segments.segment_size:
             return None
-        seg = self._writable_segment(total)
-        now = self.clock.now_ms()
-        store_ts = now if now > self.last_store_timestamp else self.last_store_timestamp
-        self.last_store_timestamp = store_ts
+        seg, store_ts = self._begin_write(total)
         buf = seg.buf
         start_pos = pos = seg.wrote_position
         base = seg.start_offset
@@ -230,10 +235,7 @@ class CommitLog:
             total += parts[4]
         if total + BLANK_SIZE > self.segments.segment_size:
             return Appended(PutResult(PutStatus.MESSAGE_ILLEGAL), -1, [])
-        seg = self._writable_segment(total)
-        now = self.clock.now_ms()
-        store_ts = now if now > self.last_store_timestamp else self.last_store_timestamp
-        self.last_store_timestamp = store_ts
+        seg, store_ts = self._begin_write(total)
         buf = seg.buf
         start_pos = pos = seg.wrote_position
         first_phys = seg.start_offset + start_pos
