@@ -146,3 +146,52 @@ def test_after_put_remembers_what_the_per_message_rules_say(tmp_path: Any) -> No
     consumer_retries = [_msg(f"C{i}", reconsume=2) for i in range(3)]
     svc.after_put(None, _req(), consumer_retries, _stored(3))
     assert list(svc.table.entries) == ["OLD", *expected]
+
+
+def test_eviction_order_log_skips_reput_keys_and_compacts() -> None:
+    t = DedupTable(window_ms=1000, max_entries=10_000)
+    for i in range(10_000):
+        t.put(f"k{i}", ("G", 100, f"id{i}", 0, i))
+    t.put("k5", ("G", 500, "id5b", 0, 99))  # re-put: its first position in the log is stale
+    t.evict(1150)  # ts 100 expired, ts 500 not
+    assert list(t.entries) == ["k5"] and t.entries["k5"][2] == "id5b"
+    assert t.head == 0 and t.order == ["k5"]  # compacted: the evicted prefix is dropped from the log
+    t.evict(1600)
+    assert len(t) == 0
+
+
+def test_periodic_snapshot_survives_evictions_and_reputs_between_slices(tmp_path: Any, monkeypatch: Any) -> None:
+    import asyncio
+
+    from orbitmq.broker.services import dedup
+
+    monkeypatch.setattr(dedup, "SNAPSHOT_SLICE", 10)
+    svc, clock, _ = _svc(tmp_path)
+    svc.ctx.store = SimpleNamespace(confirm_offset=0, min_phys_offset=0, look_message_by_offset=lambda p: None)
+    svc.env.store_config = SimpleNamespace(mapped_file_size_commitlog=1 << 20)
+    table = svc.table
+    for i in range(100):
+        table.put(f"k{i}", ("PG", clock.ms - 1000 + i, f"id{i}", 0, i))
+    written: list[bytes] = []
+
+    async def fake_to_thread(fn: Any, path: str, data: bytes) -> None:
+        written.append(data)
+
+    monkeypatch.setattr(dedup.asyncio, "to_thread", fake_to_thread)
+
+    async def run() -> None:
+        snap = asyncio.ensure_future(svc.snapshot())
+        await asyncio.sleep(0)  # the first slice is written: now change the table under the walk
+        table.put("k50", ("PG", clock.ms, "id50b", 0, 500))  # re-put: moves to the young end
+        del table.entries["k60"]  # gone (as an eviction would)
+        table.put("new", ("PG", clock.ms, "idn", 0, 1))  # added after the walk started: not in this snapshot
+        await snap
+
+    asyncio.run(run())
+    (data,) = written
+    loaded = DedupTable(window_ms=table.window_ms, max_entries=1000)
+    loaded.load_json(data, clock.ms)
+    expected = {f"k{i}" for i in range(100)} - {"k60"}
+    assert set(loaded.entries) == expected
+    assert loaded.entries["k50"][2] == "id50b"  # the current entry, written once
+    assert data.count(b'"k50"') == 1
