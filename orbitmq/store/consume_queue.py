@@ -428,19 +428,32 @@ class ConsumeQueue:
 
     # ---- durability / lifetime -----------------------------------------------------------------------
     def flush(self) -> None:
+        ranges, hi = self.flush_plan()
+        for backing, start, end in ranges:
+            backing.flush(start, end)
+        self.flushed_to(hi)
+
+    def flush_plan(self) -> tuple[list[tuple[Backing, int, int]], int]:
+        """What flush() would sync: (backing, start, end) ranges, and the end they cover (for flushed_to)."""
         hi = self._end_bytes
         lo = self._flushed_bytes
+        ranges: list[tuple[Backing, int, int]] = []
         if hi <= lo:
-            return
+            return ranges, -1
         segs = self._segs
         if segs:
             first = segs[0].start
             i = max(0, (lo - first) // self._seg_size)
             while i < len(segs) and segs[i].start < hi:
                 seg = segs[i]
-                seg.backing.flush(max(lo, seg.start) - seg.start, min(hi - seg.start, self._seg_size))
+                ranges.append((seg.backing, max(lo, seg.start) - seg.start, min(hi - seg.start, self._seg_size)))
                 i += 1
-        self._flushed_bytes = hi
+        return ranges, hi
+
+    def flushed_to(self, hi: int) -> None:
+        """After the ranges of flush_plan() were synced (a truncation meanwhile keeps the lower end)."""
+        if hi > self._flushed_bytes:
+            self._flushed_bytes = min(hi, self._end_bytes)
 
     def close(self) -> None:
         for seg in self._segs:
@@ -515,6 +528,17 @@ class ConsumeQueueTable:
     def flush(self) -> None:
         for cq in tuple(self._all):
             cq.flush()
+
+    def flush_plan(self) -> tuple[list[tuple[Backing, int, int]], list[tuple[ConsumeQueue, int]]]:
+        """Every queue's flush_plan(): the ranges to sync (off the event loop) and what to mark flushed after."""
+        ranges: list[tuple[Backing, int, int]] = []
+        done: list[tuple[ConsumeQueue, int]] = []
+        for cq in tuple(self._all):
+            r, hi = cq.flush_plan()
+            if hi >= 0:
+                ranges.extend(r)
+                done.append((cq, hi))
+        return ranges, done
 
     def delete_expired(self, min_phys_offset: int) -> int:
         """Delete segments wholly below the CommitLog min offset and correct min offsets; returns files deleted."""

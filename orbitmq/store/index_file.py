@@ -315,8 +315,12 @@ class IndexFile:
         hi = self._dirty_hi
         if hi:
             self.backing.flush(0, hi)
-            if self._dirty_hi == hi:
-                self._dirty_hi = 0
+            self.flushed_to(hi)
+
+    def flushed_to(self, hi: int) -> None:
+        """After a flush of [0, hi) made when _dirty_hi was hi: clean unless more was written meanwhile."""
+        if self._dirty_hi == hi:
+            self._dirty_hi = 0
 
     def close(self) -> None:
         self.backing.close()
@@ -499,6 +503,18 @@ class IndexService:
         for f in list(self._files):
             f.flush()
         return self._files[-1].end_ts if self._files else 0
+
+    def flush_plan(self) -> tuple[list[tuple[Backing, int, int]], list[tuple[IndexFile, int]], int]:
+        """flush() in parts: ranges to sync (off the event loop), (file, dirty end) to mark clean after, and the
+        newest file's end timestamp now (what the checkpoint may claim once the ranges are synced)."""
+        ranges: list[tuple[Backing, int, int]] = []
+        done: list[tuple[IndexFile, int]] = []
+        for f in self._files:
+            hi = f._dirty_hi
+            if hi:
+                ranges.append((f.backing, 0, hi))
+                done.append((f, hi))
+        return ranges, done, (self._files[-1].end_ts if self._files else 0)
 
     def truncate_dirty(self, phys_offset: int) -> None:
         """Remove entries whose phys >= phys_offset; files left empty go (the chains are undone, not rebuilt)."""

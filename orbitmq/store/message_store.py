@@ -62,6 +62,11 @@ def _physical_memory() -> int:
         return 8 << 30
 
 
+def _sync_ranges(ranges: list[Any]) -> None:
+    for backing, start, end in ranges:
+        backing.flush(start, end)
+
+
 def request_of(msg: MessageExt, delay_spec: str = DEFAULT_DELAY_LEVELS) -> DispatchRequest:
     props = msg.properties
     code = (tag_code(props.get(Prop.TAGS)) if msg.topic != SCHEDULE_TOPIC
@@ -261,7 +266,33 @@ class MessageStore:
     async def _run_derived_flush_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.flush_interval_consume_queue_ms / 1000)
-            self._flush_derived_and_checkpoint()
+            if self.disk.flush_in_thread:
+                await self._flush_derived_off_loop()
+            else:
+                self._flush_derived_and_checkpoint()
+
+    async def _flush_derived_off_loop(self) -> None:
+        """_flush_derived_and_checkpoint with the fdatasyncs in a worker thread: one per ConsumeQueue file and
+        index file, each ms-long under a SYNC_FLUSH load, blocked the event loop for tens of ms every second.
+        The ranges and the timestamps they cover are taken on the loop; the flushed marks and the checkpoint
+        are set on the loop after the sync (a file closed meanwhile is skipped by its backing)."""
+        logics_ts = self.cq_table.last_dispatch_timestamp
+        cq_ranges, cq_done = self.cq_table.flush_plan()
+        idx_ranges: list[Any] = []
+        idx_done: list[Any] = []
+        index_ts = 0
+        if self.index is not None:
+            idx_ranges, idx_done, index_ts = self.index.flush_plan()
+        ranges = cq_ranges + idx_ranges
+        if ranges:
+            await asyncio.get_running_loop().run_in_executor(None, _sync_ranges, ranges)
+        if self._shutdown:
+            return  # shutdown() runs the synchronous flush and writes the final checkpoint itself
+        for cq, hi in cq_done:
+            cq.flushed_to(hi)
+        for f, hi in idx_done:
+            f.flushed_to(hi)
+        self._save_derived_checkpoint(logics_ts, index_ts)
 
     async def _run_retention_loop(self) -> None:
         while True:
@@ -273,6 +304,9 @@ class MessageStore:
         logics_ts = self.cq_table.last_dispatch_timestamp
         self.cq_table.flush()
         index_ts = self.index.flush() if self.index is not None else 0
+        self._save_derived_checkpoint(logics_ts, index_ts)
+
+    def _save_derived_checkpoint(self, logics_ts: int, index_ts: int) -> None:
         if not index_ts:
             index_ts = logics_ts  # no index file yet: nothing indexed can be lost before the logics time
         st = self.checkpoint.state

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from orbitmq.base.errors import OrbitMQError
-from orbitmq.base.fsio import atomic_write, read_with_backup
+from orbitmq.base.fsio import atomic_write, atomic_write_paced, read_with_backup
 from orbitmq.broker.context import BrokerContext
 from orbitmq.broker.services import ServiceEnv
 from orbitmq.model.properties import Prop
@@ -336,7 +336,7 @@ class DedupService:
                 parts.append(orjson.dumps(rows)[1:-1])
             await asyncio.sleep(0)
         data = b'{"version":%d,"physOffset":%d,"entries":[%b]}' % (SNAPSHOT_VERSION, covered, b",".join(parts))
-        await asyncio.to_thread(atomic_write, self.path, data)
+        await asyncio.to_thread(atomic_write_paced, self.path, data)
 
     # ---- BrokerService ----
     def handlers(self) -> dict[int, Any]:
