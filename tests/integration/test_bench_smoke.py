@@ -38,7 +38,9 @@ def test_bench_tiny_run_writes_results(tmp_path) -> None:
         assert r["phases"]["send_c8"]["messages"] == 200
         assert r["phases"]["consume"]["messages"] >= 400
         assert r["cpu_s_per_million"] is not None and r["memory"]["rss_anon_mib"] > 0
-        assert r["cpu_per_million"]["batch"] > 0
+        assert r["cpu_per_million"]["batch"] >= 0  # (tiny runs may take under one clock tick of server CPU)
         if r["system"] == "orbitmq":  # the SDK's auto-batching shape runs only where the client has it
-            assert r["phases"]["send_c8_auto"]["messages"] == 200 and r["cpu_per_million"]["send_c8_auto"] > 0
+            assert r["phases"]["send_c8_auto"]["messages"] == 200 and r["cpu_per_million"]["send_c8_auto"] >= 0
+        else:
+            assert "send_c8_auto" not in r["phases"]
     assert "| metric |" in (tmp_path / "latest.md").read_text()
