@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+
+# bench/micro/callgrind.py: this folder is sys.path[0] when the script runs
+from callgrind import instructions
 
 OPS = ["java_hash", "decode_properties", "encode_record", "decode_record", "decode_pull32", "store_put",
        "store_put_batch32", "send_single", "send_batch32"]
@@ -179,23 +181,19 @@ def run(name: str, n: int, prepared: int | None = None) -> float:
         return spent
 
 
-def _spawn(args: list[str], pure: bool, prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+def _spawn(args: list[str], pure: bool) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     if pure:
         env["ORBITMQ_PURE_PYTHON"] = "1"
-    return subprocess.run([*(prefix or []), sys.executable, __file__, "--run", *args], env=env, text=True,
+    return subprocess.run([sys.executable, __file__, "--run", *args], env=env, text=True,
                           capture_output=True, check=True)
 
 
 def _instructions(name: str, n: int, pure: bool, prepared: int = 0) -> int:
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "cg.out")
-        p = _spawn([name, str(n), str(prepared)], pure,
-                   ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
-        m = re.search(r"Collected : (\d+)", p.stderr)
-        if m is None:
-            raise RuntimeError(p.stderr[-2000:])
-        return int(m.group(1))
+    env = dict(os.environ)
+    if pure:
+        env["ORBITMQ_PURE_PYTHON"] = "1"
+    return instructions([sys.executable, __file__, "--run", name, str(n), str(prepared)], env)
 
 
 def main() -> None:

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
+
+# bench/micro/callgrind.py: this folder is sys.path[0] when the script runs
+from callgrind import instructions
 
 OPS = ["decode_send", "handler_glue", "encode_resp", "stats_on_put", "conn_request"]
 WARMUP = int(os.environ.get("REQUEST_OPS_WARMUP", "300"))
@@ -172,20 +174,15 @@ def _conn_request(proc: Any, frames: list[bytes], n: int) -> float:
     return asyncio.run(main())
 
 
-def _spawn(args: list[str], prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+def _spawn(args: list[str]) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONHASHSEED="0")  # same dict layouts in every run: comparable counts
-    return subprocess.run([*(prefix or []), sys.executable, __file__, "--run", *args], text=True,
+    return subprocess.run([sys.executable, __file__, "--run", *args], text=True,
                           capture_output=True, check=True, env=env)
 
 
 def _instructions(name: str, n: int) -> int:
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "cg.out")
-        p = _spawn([name, str(n)], ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
-        m = re.search(r"Collected : (\d+)", p.stderr)
-        if m is None:
-            raise RuntimeError(p.stderr[-2000:])
-        return int(m.group(1))
+    env = dict(os.environ, PYTHONHASHSEED="0")  # same dict layouts in every run: comparable counts
+    return instructions([sys.executable, __file__, "--run", name, str(n)], env)
 
 
 def main() -> None:
