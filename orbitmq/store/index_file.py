@@ -226,13 +226,7 @@ class IndexFile:
             mark(pos, pos + INDEX_ENTRY_SIZE)
             mark(slot_pos, slot_pos + INDEX_SLOT_SIZE)
             mark(0, INDEX_HEADER_SIZE)
-        if prev == 0:
-            self.slot_count += 1
-        self.index_count = n + 1
-        self.end_ts = store_timestamp
-        self.end_phys = phys_offset
-        if pos + INDEX_ENTRY_SIZE > self._dirty_hi:
-            self._dirty_hi = pos + INDEX_ENTRY_SIZE
+        self._entry_written(n, prev, phys_offset, store_timestamp)
 
     def put_key(self, topic: str, key: str, phys_offset: int, store_timestamp: int) -> None:
         """put(index_key_hash(f"{topic}#{key}"), ...): the hash taken with the write (one native call)."""
@@ -245,6 +239,10 @@ class IndexFile:
             self.begin_phys = phys_offset
         prev = index_put_key(self.buf, self._entries_at, self.slot_num, n, topic, key, phys_offset,
                              store_timestamp, self.begin_ts, self.begin_phys, self.slot_count)
+        self._entry_written(n, prev, phys_offset, store_timestamp)
+
+    def _entry_written(self, n: int, prev: int, phys_offset: int, store_timestamp: int) -> None:
+        """Header mirror and dirty range after entry `n` was written (`prev`: the slot's previous head)."""
         if prev == 0:
             self.slot_count += 1
         self.index_count = n + 1

@@ -276,23 +276,12 @@ class MessageStore:
         index file, each ms-long under a SYNC_FLUSH load, blocked the event loop for tens of ms every second.
         The ranges and the timestamps they cover are taken on the loop; the flushed marks and the checkpoint
         are set on the loop after the sync (a file closed meanwhile is skipped by its backing)."""
-        logics_ts = self.cq_table.last_dispatch_timestamp
-        cq_ranges, cq_done = self.cq_table.flush_plan()
-        idx_ranges: list[Any] = []
-        idx_done: list[Any] = []
-        index_ts = 0
-        if self.index is not None:
-            idx_ranges, idx_done, index_ts = self.index.flush_plan()
-        ranges = cq_ranges + idx_ranges
+        ranges, commit = self._plan_derived_flush()
         if ranges:
             await asyncio.get_running_loop().run_in_executor(None, _sync_ranges, ranges)
         if self._shutdown:
             return  # shutdown() runs the synchronous flush and writes the final checkpoint itself
-        for cq, hi in cq_done:
-            cq.flushed_to(hi)
-        for f, hi in idx_done:
-            f.flushed_to(hi)
-        self._save_derived_checkpoint(logics_ts, index_ts)
+        commit()
 
     async def _run_retention_loop(self) -> None:
         while True:
@@ -301,10 +290,29 @@ class MessageStore:
             self.retention.run_once()
 
     def _flush_derived_and_checkpoint(self) -> None:
+        ranges, commit = self._plan_derived_flush()
+        _sync_ranges(ranges)
+        commit()
+
+    def _plan_derived_flush(self) -> tuple[list[Any], Callable[[], None]]:
+        """The ConsumeQueue and index ranges to sync, and what to do once they are synced: mark them flushed and
+        save the checkpoint with the timestamps taken now (it claims only what the ranges cover)."""
         logics_ts = self.cq_table.last_dispatch_timestamp
-        self.cq_table.flush()
-        index_ts = self.index.flush() if self.index is not None else 0
-        self._save_derived_checkpoint(logics_ts, index_ts)
+        cq_ranges, cq_done = self.cq_table.flush_plan()
+        idx_ranges: list[Any] = []
+        idx_done: list[Any] = []
+        index_ts = 0
+        if self.index is not None:
+            idx_ranges, idx_done, index_ts = self.index.flush_plan()
+
+        def commit() -> None:
+            for cq, hi in cq_done:
+                cq.flushed_to(hi)
+            for f, hi in idx_done:
+                f.flushed_to(hi)
+            self._save_derived_checkpoint(logics_ts, index_ts)
+
+        return cq_ranges + idx_ranges, commit
 
     def _save_derived_checkpoint(self, logics_ts: int, index_ts: int) -> None:
         if not index_ts:

@@ -76,6 +76,9 @@ _STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.F
 _SUCCESS = int(ResponseCode.SUCCESS)
 _SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
 _V2_KEYS = frozenset(SEND_V2_TO_V1)
+# _prepare_one's fields: topic, producer group, queue id, sys flag, born timestamp, flag, properties, reconsume times
+_ONE_V1 = ("topic", "producerGroup", "queueId", "sysFlag", "bornTimestamp", "flag", "properties", "reconsumeTimes")
+_ONE_V2 = tuple({v: k for k, v in SEND_V2_TO_V1.items()}[name] for name in _ONE_V1)
 _new_command = object.__new__
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body crc, flag, body length
@@ -249,25 +252,18 @@ class SendProcessor:
                      v2: bool = False) -> tuple[list[MessageInner], int]:
         """`v2`: `ext` has the single-letter keys of SEND_MESSAGE_V2 (and only those), read without renaming."""
         ctx = self.ctx
+        k_topic, k_group, k_queue, k_sys, k_born, k_flag, k_props, k_reconsume = _ONE_V2 if v2 else _ONE_V1
         try:  # every required field present and decimal (values are str): read inline
-            if v2:
-                topic = ext["b"]
-                ext["a"]
-                queue_id = int(ext["e"])
-                sys_flag = int(ext["f"])
-                born_ts = int(ext["g"])
-                flag = int(ext["h"])
-            else:
-                topic = ext["topic"]
-                ext["producerGroup"]
-                queue_id = int(ext["queueId"])
-                sys_flag = int(ext["sysFlag"])
-                born_ts = int(ext["bornTimestamp"])
-                flag = int(ext["flag"])
+            topic = ext[k_topic]
+            ext[k_group]
+            queue_id = int(ext[k_queue])
+            sys_flag = int(ext[k_sys])
+            born_ts = int(ext[k_born])
+            flag = int(ext[k_flag])
         except (KeyError, TypeError, ValueError):  # the checked reads raise the right HeaderError, in order
             if v2:  # the errors name the V1 fields
                 ext = normalize_send_header(ext)
-                v2 = False
+                k_props, k_reconsume = _ONE_V1[6:]
             topic = ext_str(ext, "topic")
             ext_str(ext, "producerGroup")
             queue_id = ext_int(ext, "queueId")
@@ -276,14 +272,9 @@ class SendProcessor:
             flag = ext_int(ext, "flag")
         tc = self._check_topic(conn, ext, topic, batch=False)
         queue_id = self._pick_queue(conn, tc, queue_id)
-        if v2:
-            props = decode_properties(ext.get("i"))
-            rt = ext.get("j")
-            reconsume_times = 0 if rt is None or rt == "0" else ext_int(ext, "j", 0) or 0
-        else:
-            props = decode_properties(ext.get("properties"))
-            rt = ext.get("reconsumeTimes")
-            reconsume_times = 0 if rt is None or rt == "0" else ext_int(ext, "reconsumeTimes", 0) or 0
+        props = decode_properties(ext.get(k_props))
+        rt = ext.get(k_reconsume)
+        reconsume_times = 0 if rt is None or rt == "0" else ext_int(ext, k_reconsume, 0) or 0
         if topic.startswith(RETRY_PREFIX):
             ext = normalize_send_header(ext)  # no-op for V1 names
             topic, queue_id = self._retry_or_dlq(req, ext, topic, queue_id, reconsume_times, props)

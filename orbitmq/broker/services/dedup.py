@@ -213,8 +213,7 @@ class DedupService:
         ts = result.store_timestamp or self.env.clock.now_ms()
         ids = result.msg_ids
         table = self.table
-        entries = table.entries
-        add_key = table.order.append
+        put = table.put
         first = msgs[0]
         qid = _response_queue_id(first.properties, first.queue_id)
         queue_offset = result.queue_offset
@@ -235,11 +234,7 @@ class DedupService:
                     continue
             elif not _dedupable(m.topic, props, m.reconsume_times):
                 continue
-            if key in entries:  # DedupTable.put inlined: re-insert at the young end
-                del entries[key]
-                table.dups[key] = table.dups.get(key, 0) + 1
-            entries[key] = (group, ts, msg_id, qid, queue_offset + i)
-            add_key(key)
+            put(key, (group, ts, msg_id, qid, queue_offset + i))
         table.evict(ts)
         self._dirty = True
 
