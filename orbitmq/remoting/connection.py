@@ -21,7 +21,20 @@ from orbitmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE
 
 log = logging.getLogger("orbitmq.remoting")
 
-HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
+
+
+class Deferred:
+    """What a handler returns when it answers later itself, through Connection.reply (e.g. from a store
+    callback): no task, no coroutine. There is one instance, DEFERRED."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "DEFERRED"
+
+
+DEFERRED = Deferred()
+HandlerResult = RemotingCommand | None | Deferred | Awaitable[RemotingCommand | None]
 Handler = Callable[["Connection", RemotingCommand], HandlerResult]
 
 DEFAULT_IDLE_TIMEOUT_S = 120.0
@@ -182,7 +195,7 @@ class Connection(asyncio.Protocol):
         except Exception as e:
             self._reply_error(cmd, e)
             return
-        if result is None:
+        if result is None or result is DEFERRED:
             return
         if isinstance(result, RemotingCommand):
             if not cmd.flag & FLAG_ONEWAY:
@@ -205,6 +218,15 @@ class Connection(asyncio.Protocol):
         result = task.result()
         if result is not None and not cmd.flag & FLAG_ONEWAY:
             self.send(result)
+
+    def reply(self, cmd: RemotingCommand, result: RemotingCommand | None) -> None:
+        """The answer to `cmd` from a handler that returned DEFERRED (nothing goes out for a oneway request)."""
+        if result is not None and not cmd.flag & FLAG_ONEWAY:
+            self.send(result)
+
+    def reply_error(self, cmd: RemotingCommand, exc: BaseException) -> None:
+        """SYSTEM_ERROR for `cmd`, whose handler (or its DEFERRED continuation) failed with `exc`."""
+        self._reply_error(cmd, exc)
 
     def _reply_error(self, cmd: RemotingCommand, exc: BaseException) -> None:
         log.warning("%s: handler failed for code %d from %s: %r", self.name, cmd.code, self.remote_addr, exc)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from functools import partial
 
 from orbitmq.base.clock import Clock
 from orbitmq.store.commitlog import CommitLog
@@ -19,9 +20,16 @@ log = logging.getLogger(__name__)
 PAGE = 4096
 
 
-def _expire(fut: asyncio.Future[bool]) -> None:
+def _resolve(fut: asyncio.Future[bool], ok: bool) -> None:
     if not fut.done():
-        fut.set_result(False)
+        fut.set_result(ok)
+
+
+def _call(callback: Callable[[bool], None], ok: bool) -> None:
+    try:
+        callback(ok)
+    except Exception:  # one waiter's callback must not stop the others' release
+        log.exception("group-commit waiter callback failed")
 
 
 def _flush_ranges(ranges: list[tuple[Backing, int, int]]) -> None:
@@ -41,7 +49,9 @@ class FlushService:
         self.flushed_store_timestamp = commitlog.last_store_timestamp
         self.flush_count = 0  # completed flush rounds that wrote something (group commit tests read it)
         self._inflight: asyncio.Future[None] | None = None
-        self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        # (end offset, loop-time deadline, callback), in arrival order (so mostly by offset and by deadline)
+        self._waiters: list[tuple[int, float, Callable[[bool], None]]] = []
+        self._expiry: asyncio.TimerHandle | None = None
         self._group_task: asyncio.Task[None] | None = None
         self._generation = 0
         self._last_thorough_ms = clock.monotonic_ms()
@@ -98,22 +108,57 @@ class FlushService:
         self.on_flushed(target, ts)
 
     # ---- group commit --------------------------------------------------------------------------------
+    def add_waiter(self, end_offset: int, timeout_ms: int, callback: Callable[[bool], None]) -> None:
+        """Call `callback(True)` from the loop once a flush covers `end_offset`; `callback(False)` on timeout or
+        flush failure (data stays written). The SYNC_FLUSH hot path: no future, task or timer per waiter."""
+        if self.flushed_offset >= end_offset:
+            callback(True)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        self._waiters.append((end_offset, deadline, callback))
+        if self._group_task is None or self._group_task.done():
+            self._group_task = loop.create_task(self._run_group_commit_loop())
+        expiry = self._expiry
+        if expiry is None or deadline < expiry.when():  # usually armed already, for an earlier deadline
+            if expiry is not None:
+                expiry.cancel()
+            self._expiry = loop.call_at(deadline, self._expire_waiters)
+
     async def wait_flushed(self, end_offset: int, timeout_ms: int) -> bool:
         """Wait until a flush covers `end_offset`; False on timeout or flush failure (data stays written)."""
         if self.flushed_offset >= end_offset:
             return True
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.add_waiter(end_offset, timeout_ms, partial(_resolve, fut))
+        return await fut
+
+    def _release(self, ok: bool) -> None:
+        """After a flush round: call back every waiter it covers (all of them, with False, if it failed)."""
+        waiters = self._waiters
+        flushed = self.flushed_offset
+        if not ok or waiters[-1][0] <= flushed:  # the common case: appends are ordered, the round covers all
+            done, self._waiters = waiters, []
+        else:
+            done = [w for w in waiters if w[0] <= flushed]
+            self._waiters = [w for w in waiters if w[0] > flushed]
+        for _end, _deadline, callback in done:
+            _call(callback, ok)
+
+    def _expire_waiters(self) -> None:
+        """The one timeout timer: fail waiters past their deadline and re-arm for the earliest one left."""
+        self._expiry = None
+        if not self._waiters:
+            return
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
-        self._waiters.append((end_offset, fut))
-        if self._group_task is None or self._group_task.done():
-            self._group_task = loop.create_task(self._run_group_commit_loop())
-        # A plain timer instead of wait_for(shield(...)): no extra task per waiter (the group-commit hot path).
-        # On timeout the future resolves False; the group loop skips waiters that are already done.
-        timer = loop.call_later(timeout_ms / 1000, _expire, fut)
-        try:
-            return await fut
-        finally:
-            timer.cancel()
+        now = loop.time()
+        expired = [w for w in self._waiters if w[1] <= now]
+        if expired:
+            self._waiters = [w for w in self._waiters if w[1] > now]
+            for _end, _deadline, callback in expired:
+                _call(callback, False)
+        if self._waiters:
+            self._expiry = loop.call_at(min(w[1] for w in self._waiters), self._expire_waiters)
 
     async def _run_group_commit_loop(self) -> None:
         while self._waiters:
@@ -123,18 +168,8 @@ class FlushService:
             except Exception:  # a failed fsync: every waiter gets FLUSH_DISK_TIMEOUT, data stays written
                 log.exception("commitlog flush failed")
                 ok = False
-            flushed = self.flushed_offset
-            keep: list[tuple[int, asyncio.Future[bool]]] = []
-            for end, fut in self._waiters:
-                if fut.done():
-                    continue
-                if not ok:
-                    fut.set_result(False)
-                elif end <= flushed:
-                    fut.set_result(True)
-                else:
-                    keep.append((end, fut))
-            self._waiters = keep
+            if self._waiters:
+                self._release(ok)
             if not ok:
                 return
 
@@ -160,7 +195,9 @@ class FlushService:
     async def close(self) -> None:
         if self._group_task is not None and not self._group_task.done():
             await self._group_task
-        for _end, fut in self._waiters:
-            if not fut.done():
-                fut.set_result(False)
-        self._waiters = []
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        waiters, self._waiters = self._waiters, []
+        for _end, _deadline, callback in waiters:
+            _call(callback, False)

@@ -13,6 +13,7 @@ import logging
 import os
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
+from functools import partial
 from typing import Any
 
 from orbitmq.base import marks
@@ -76,6 +77,13 @@ def request_of(msg: MessageExt, delay_spec: str = DEFAULT_DELAY_LEVELS) -> Dispa
         msg.store_timestamp, msg.queue_offset, props.get(Prop.KEYS), props.get(Prop.UNIQ_KEY), msg.sys_flag,
         msg.prepared_transaction_offset, props,
     )
+
+
+def _flushed_result(result: PutResult, callback: Callable[[PutResult], None], ok: bool) -> None:
+    if not ok:
+        result.status = PutStatus.FLUSH_DISK_TIMEOUT
+        marks.hit("sync flush timeout")
+    callback(result)
 
 
 class MessageStore:
@@ -416,6 +424,17 @@ class MessageStore:
         if self.replica.wait_ms and result.status is PutStatus.PUT_OK:
             result = await self.replica.wait(result, end_offset)  # SYNC_MASTER: wait for a slave
         return result
+
+    def when_put_flushed(self, result: PutResult, end_offset: int, callback: Callable[[PutResult], None]) -> bool:
+        """Callback form of wait_put_flushed for the SYNC_FLUSH hot path: `callback(result)` runs on the loop once
+        the group commit covers `end_offset` (status FLUSH_DISK_TIMEOUT if it timed out). Returns False, having
+        registered nothing, when the put also waits for a replica (SYNC_MASTER): await wait_put_flushed then."""
+        if self.replica.wait_ms or not self.config.sync_flush:
+            return False
+        assert self.flusher is not None
+        self.flusher.add_waiter(end_offset, self.config.sync_flush_timeout_ms,
+                                partial(_flushed_result, result, callback))
+        return True
 
     def _on_flushed(self, offset: int, _store_ts: int) -> None:
         if not self._visible_on_flush:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Coroutine
+from functools import partial
 from typing import Any
 
 from orbitmq.base.clock import now_ms
@@ -39,6 +40,7 @@ from orbitmq.protocol import (
     normalize_send_header,
 )
 from orbitmq.protocol.ext import SEND_V2_TO_V1
+from orbitmq.remoting.connection import DEFERRED, Deferred
 from orbitmq.store import MessageInner, PutResult, PutStatus
 
 RETRY_PREFIX = "%RETRY%"
@@ -151,15 +153,19 @@ class SendProcessor:
         return {"MSG_REGION": cfg.region_id, "TRACE_ON": "true" if cfg.trace_on else "false"}
 
     async def handle(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
-        """Coroutine form of dispatch() (same behaviour): always awaitable."""
-        r = self.dispatch(conn, req)
+        """Coroutine form of dispatch() (same behaviour): always awaitable, never DEFERRED."""
+        r = self.dispatch(conn, req, False)
         if isinstance(r, RemotingCommand):
             return r
+        assert not isinstance(r, Deferred)
         return await r
 
-    def dispatch(self, conn: Any, req: RemotingCommand) -> RemotingCommand | Coroutine[Any, Any, RemotingCommand]:
+    def dispatch(self, conn: Any, req: RemotingCommand, defer: bool = True
+                 ) -> RemotingCommand | Deferred | Coroutine[Any, Any, RemotingCommand]:
         """The registered handler. Answers synchronously when the put needs no waiting (ASYNC_FLUSH, WAIT=false,
-        refused); only a SYNC_FLUSH group-commit wait becomes a coroutine (the connection runs it as a task)."""
+        refused). A SYNC_FLUSH group-commit wait returns DEFERRED: the flush callback answers through conn.reply
+        (no task per send). A put that also waits for a slave (SYNC_MASTER), or any wait with `defer` false,
+        becomes a coroutine (the connection runs it as a task)."""
         raw = req.ext_fields
         try:
             if raw and "b" in raw and req.code != _SEND_BATCH and raw.keys() <= _V2_KEYS and (
@@ -189,7 +195,22 @@ class SendProcessor:
             for hook in hooks:
                 hook.after_put(conn, req, msgs, result)
             return self._response(req, result, queue_id)
+        if defer and self.ctx.store.when_put_flushed(
+                result, wait_end, partial(self._answer_flushed, conn, req, msgs, queue_id)):
+            return DEFERRED
         return self._wait_flushed(conn, req, msgs, result, wait_end, queue_id)
+
+    def _answer_flushed(self, conn: Any, req: RemotingCommand, msgs: list[MessageInner], queue_id: int,
+                        result: PutResult) -> None:
+        """The group commit covered a DEFERRED put (or timed out): finish it as _wait_flushed does."""
+        try:
+            for hook in self.ctx.send_hooks:
+                hook.after_put(conn, req, msgs, result)
+            resp = self._response(req, result, queue_id)
+        except Exception as e:
+            conn.reply_error(req, e)
+            return
+        conn.reply(req, resp)
 
     async def _wait_flushed(self, conn: Any, req: RemotingCommand, msgs: list[MessageInner], result: PutResult,
                             wait_end: int, queue_id: int) -> RemotingCommand:

@@ -1,5 +1,6 @@
-"""Send fast path: ASYNC_FLUSH (and WAIT=false) sends are answered synchronously, no task; SYNC_FLUSH returns a
-coroutine that answers after the group commit; both give the same response as the coroutine form handle()."""
+"""Send fast path: ASYNC_FLUSH (and WAIT=false) sends are answered synchronously, no task; SYNC_FLUSH returns
+DEFERRED and the group commit's callback answers through conn.reply, no task either; both give the same response as
+the coroutine form handle()."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from orbitmq.broker.metadata.topics import TopicConfigManager
 from orbitmq.broker.stats import BrokerStats
 from orbitmq.model.properties import encode_properties
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, to_send_v2
+from orbitmq.remoting.connection import DEFERRED
 from orbitmq.store import MessageStore, StoreConfig
 
 
@@ -27,6 +29,16 @@ class FakeConn:
     remote_addr = "127.0.0.1:5555"
     closed = False
     attrs: dict = {}
+
+    def __init__(self) -> None:
+        self.replies: list[tuple[RemotingCommand, RemotingCommand | None]] = []
+        self.errors: list[tuple[RemotingCommand, BaseException]] = []
+
+    def reply(self, req: RemotingCommand, resp: RemotingCommand | None) -> None:
+        self.replies.append((req, resp))
+
+    def reply_error(self, req: RemotingCommand, exc: BaseException) -> None:
+        self.errors.append((req, exc))
 
 
 def make_ctx(tmp_path, flush: str) -> BrokerContext:
@@ -56,13 +68,23 @@ def test_async_flush_answers_synchronously_sync_flush_after_group_commit(tmp_pat
     async def main():
         await ctx.store.start()
         try:
-            r = proc.dispatch(FakeConn(), send_req("T1"))
+            conn = FakeConn()
+            req = send_req("T1")
+            tasks_before = len(asyncio.all_tasks())
+            r = proc.dispatch(conn, req)
             if flush == "ASYNC_FLUSH":
                 assert isinstance(r, RemotingCommand)  # no coroutine, no task
                 resp = r
             else:
-                assert inspect.iscoroutine(r)
-                resp = await r
+                assert r is DEFERRED and not inspect.iscoroutine(r)
+                assert conn.replies == []  # not before the group commit
+                assert len(asyncio.all_tasks()) <= tasks_before + 1  # at most the shared group-commit loop
+                for _ in range(200):
+                    if conn.replies:
+                        break
+                    await asyncio.sleep(0.005)
+                [(answered, resp)] = conn.replies
+                assert answered is req and not conn.errors
                 assert ctx.store.flushed_offset >= ctx.store.max_phys_offset  # answered after the flush
             assert resp.code == ResponseCode.SUCCESS
             assert resp.ext_fields["queueOffset"] == "0" and resp.ext_fields["msgId"]

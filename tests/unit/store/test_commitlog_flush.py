@@ -167,3 +167,70 @@ def test_background_flush_task_runs_after_start():
         await s.shutdown()
 
     asyncio.run(main())
+
+
+def test_callback_waiters_released_once_each_by_the_covering_flush():
+    """add_waiter: one call per waiter, True once a flush covers it; an out-of-order (lower) end offset is released
+    by the same round; no task or timer per waiter, one expiry timer for all."""
+    async def main():
+        s = MessageStore(cfg(flush_disk_type="SYNC_FLUSH"), disk=SimDisk(), clock=Clock())
+        s.load()
+        calls: list[tuple[str, bool]] = []
+        ends = []
+        for i in range(5):
+            r, end = s.put_messages_nowait([msg(i)])
+            ends.append(end)
+        for i in (4, 0, 2, 1, 3):  # arrival order not by offset
+            s.flusher.add_waiter(ends[i], 5000, lambda ok, i=i: calls.append((f"w{i}", ok)))
+        assert calls == [] and len(s.flusher._waiters) == 5
+        for _ in range(100):
+            if len(calls) == 5:
+                break
+            await asyncio.sleep(0.001)
+        assert sorted(calls) == [(f"w{i}", True) for i in range(5)]
+        assert s.flusher.flushed_offset >= ends[4] and s.flusher._waiters == []
+        s.flusher.add_waiter(ends[0], 5000, lambda ok: calls.append(("covered", ok)))
+        assert calls[-1] == ("covered", True)  # already covered: called at once
+        await s.shutdown()
+
+    asyncio.run(main())
+
+
+def test_callback_waiters_expire_by_their_own_deadline_and_failures_release_all():
+    async def main():
+        s = MessageStore(cfg(flush_disk_type="SYNC_FLUSH", confirm_offset_mode="written"), disk=SlowDisk(),
+                         clock=Clock())
+        s.load()
+        calls: list[tuple[str, bool]] = []
+        _, e1 = s.put_messages_nowait([msg(1)])
+        s.flusher.add_waiter(e1, 2000, lambda ok: calls.append(("long", ok)))
+        _, e2 = s.put_messages_nowait([msg(2)])
+        s.flusher.add_waiter(e2, 40, lambda ok: calls.append(("short", ok)))
+        await asyncio.sleep(0.15)  # the 40 ms waiter expired, alone, while the 300 ms flush runs
+        assert calls == [("short", False)]
+        await asyncio.sleep(0.5)
+        assert ("long", True) in calls and len(calls) == 2  # each called exactly once
+        # a failing flush answers every waiter False (FLUSH_DISK_TIMEOUT), data stays written
+        s.disk.flush_delay_s = 0
+
+        def boom(*_a):
+            raise OSError(5, "EIO")
+        orig = s.flusher._flush_once
+
+        async def failing(loop):
+            boom()
+        s.flusher._flush_once = failing
+        results = []
+        for i in range(3):
+            r, end = s.put_messages_nowait([msg(10 + i)])
+            assert s.when_put_flushed(r, end, results.append)
+        for _ in range(100):
+            if len(results) == 3:
+                break
+            await asyncio.sleep(0.005)
+        assert [r.status for r in results] == [PutStatus.FLUSH_DISK_TIMEOUT] * 3
+        s.flusher._flush_once = orig
+        assert s.look_message_by_offset(results[0].phys_offset).body == b"m10"
+        await s.shutdown()
+
+    asyncio.run(main())
