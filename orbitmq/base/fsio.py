@@ -33,27 +33,6 @@ def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     fsync_dir(target.parent)
 
 
-def atomic_write_paced(path: str | os.PathLike[str], data: bytes | memoryview, chunk: int = 1 << 20) -> None:
-    """atomic_write for large, frequent files written from a worker thread: the new content goes to disk in
-    `chunk`-sized pieces, each fdatasync'ed before the next, so that no single sync holds the device (and the
-    journal) for long — a 20 MB write + fsync in one piece delayed every SYNC_FLUSH group commit behind it by
-    ~100 ms. The previous file becomes .bak by rename (no copy). A crash leaves the old content (as the file or
-    as .bak) or the new one; read_with_backup finds it."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    view = memoryview(data)
-    with open(tmp, "wb", buffering=0) as f:
-        for i in range(0, len(view), chunk):
-            f.write(view[i : i + chunk])
-            os.fdatasync(f.fileno())
-        os.fsync(f.fileno())
-    if target.exists():
-        os.replace(target, target.with_name(target.name + ".bak"))
-    os.replace(tmp, target)
-    fsync_dir(target.parent)
-
-
 def _copy_bytes(src: Path, dst: Path) -> None:
     data = src.read_bytes()
     with open(dst, "wb") as f:

@@ -73,7 +73,7 @@ def test_identical_send_is_stored_once_also_across_kill9(tmp_path: Path) -> None
         sa.restart()
         assert _result(blocking_request(addr, _send_frame(topic, "UNIQ-1"))) == first
         assert _max_offset(addr, topic, 0) == 3
-        assert (sa.store_dir / "config" / "dedup.json").exists()
+        assert list((sa.store_dir / "config" / "dedup").glob("*.jsonl"))  # the journal
     finally:
         sa.close()
 

@@ -107,7 +107,7 @@ def test_table_eviction_by_size_and_snapshot_roundtrip(tmp_path: Any) -> None:
 
 def test_snapshot_file_written_and_reloaded(tmp_path: Any) -> None:
     svc, _, _ = _svc(tmp_path)
-    svc.ctx.store = SimpleNamespace(confirm_offset=0, min_phys_offset=0, look_message_by_offset=lambda p: None)
+    svc.ctx.store = _store_ns()
     svc.env.store_config = SimpleNamespace(mapped_file_size_commitlog=1 << 20)
     svc.after_put(None, _req(), [_msg("K1")], _stored(1))
     import asyncio
@@ -160,38 +160,132 @@ def test_eviction_order_log_skips_reput_keys_and_compacts() -> None:
     assert len(t) == 0
 
 
-def test_periodic_snapshot_survives_evictions_and_reputs_between_slices(tmp_path: Any, monkeypatch: Any) -> None:
+def _store_ns() -> SimpleNamespace:
+    return SimpleNamespace(confirm_offset=0, min_phys_offset=0, look_message_by_offset=lambda p: None)
+
+
+def _journal_svc(tmp_path: Any, **cfg: Any) -> tuple[DedupService, _Clock]:
+    svc, clock, _ = _svc(tmp_path, **cfg)
+    svc.ctx.store = _store_ns()
+    svc.env.store_config = SimpleNamespace(mapped_file_size_commitlog=1 << 20)
+    return svc, clock
+
+
+def _reloaded(tmp_path: Any, clock: _Clock, **cfg: Any) -> DedupService:
+    svc2, clock2 = _journal_svc(tmp_path, **cfg)
+    clock2.ms = clock.ms
+    svc2.rebuild()
+    return svc2
+
+
+def test_journal_tick_survives_evictions_and_reputs_between_slices(tmp_path: Any, monkeypatch: Any) -> None:
     import asyncio
 
     from orbitmq.broker.services import dedup
 
     monkeypatch.setattr(dedup, "SNAPSHOT_SLICE", 10)
-    svc, clock, _ = _svc(tmp_path)
-    svc.ctx.store = SimpleNamespace(confirm_offset=0, min_phys_offset=0, look_message_by_offset=lambda p: None)
-    svc.env.store_config = SimpleNamespace(mapped_file_size_commitlog=1 << 20)
+    svc, clock = _journal_svc(tmp_path)
+    svc.rebuild()  # empty table: generation 1 starts
     table = svc.table
     for i in range(100):
         table.put(f"k{i}", ("PG", clock.ms - 1000 + i, f"id{i}", 0, i))
-    written: list[bytes] = []
+    appended: list[tuple[bytes, int, int]] = []
+    real_append = svc.journal.append
 
-    async def fake_to_thread(fn: Any, path: str, data: bytes) -> None:
-        written.append(data)
+    def spy(line: bytes, position: int, rows: int, evicted: int) -> None:
+        appended.append((line, position, rows))
+        real_append(line, position, rows, evicted)
 
-    monkeypatch.setattr(dedup.asyncio, "to_thread", fake_to_thread)
+    svc.journal.append = spy  # type: ignore[method-assign]
 
     async def run() -> None:
-        snap = asyncio.ensure_future(svc.snapshot())
-        await asyncio.sleep(0)  # the first slice is written: now change the table under the walk
+        tick = asyncio.ensure_future(svc.snapshot())
+        await asyncio.sleep(0)  # the first slice is encoded: now change the table under the walk
         table.put("k50", ("PG", clock.ms, "id50b", 0, 500))  # re-put: moves to the young end
         del table.entries["k60"]  # gone (as an eviction would)
-        table.put("new", ("PG", clock.ms, "idn", 0, 1))  # added after the walk started: not in this snapshot
-        await snap
+        table.put("new", ("PG", clock.ms, "idn", 0, 1))  # added after the walk started: the next tick's
+        await tick
+        await svc.snapshot()  # the next tick: only what came after the first one's end
+        await svc.snapshot()  # nothing new: no line
 
     asyncio.run(run())
-    (data,) = written
-    loaded = DedupTable(window_ms=table.window_ms, max_entries=1000)
-    loaded.load_json(data, clock.ms)
-    expected = {f"k{i}" for i in range(100)} - {"k60"}
-    assert set(loaded.entries) == expected
-    assert loaded.entries["k50"][2] == "id50b"  # the current entry, written once
-    assert data.count(b'"k50"') == 1
+    assert [(pos, rows) for _, pos, rows in appended] == [(0, 99), (100, 2)]
+    first, second = appended[0][0], appended[1][0]
+    assert first.count(b'"k50"') == 1 and b'"k60"' not in first and b'"new"' not in first
+    assert b'"k50"' in second and b'"new"' in second
+    loaded = _reloaded(tmp_path, clock).table
+    assert set(loaded.entries) == {f"k{i}" for i in range(100)} - {"k60"} | {"new"}
+    assert loaded.entries["k50"] == ("PG", clock.ms, "id50b", 0, 500)
+    assert list(loaded.entries)[-2:] == ["k50", "new"]  # the young end as it was
+
+
+def test_journal_drops_evicted_segments_and_a_start_compacts_into_a_new_generation(tmp_path: Any) -> None:
+    import asyncio
+    import os
+
+    svc, clock = _journal_svc(tmp_path, dedup_max_entries=50)
+    svc.journal.segment_rows = 20
+    svc.rebuild()
+
+    async def fill() -> None:
+        for batch in range(10):  # 10 ticks of 20 keys; the table keeps the youngest 50
+            for i in range(20):
+                svc.after_put(None, _req(), [_msg(f"b{batch}k{i}")], _stored(1))
+            await svc.snapshot()
+
+    asyncio.run(fill())
+    jdir = tmp_path / "dedup"
+    names = sorted(os.listdir(jdir))
+    assert len(names) <= 4 and all(n.startswith("0000000001-") for n in names)  # evicted segments deleted
+    assert svc.journal.segment_count == len(names)
+    svc2 = _reloaded(tmp_path, clock, dedup_max_entries=50)
+    assert list(svc2.table.entries) == list(svc.table.entries)  # same keys, same order
+    assert svc2.before_put(None, _req(), [_msg("b9k19")]) is not None  # group kept: it answers PG
+    [name] = os.listdir(jdir)  # one compacted generation, starting at the loaded table's first live position
+    assert name == f"0000000002-{svc2.table.evicted_position:020d}.jsonl"
+
+
+def test_journal_skips_a_torn_line_and_reads_a_legacy_snapshot_once(tmp_path: Any, caplog: Any) -> None:
+    import asyncio
+    import os
+
+    legacy = DedupTable(window_ms=120_000, max_entries=1000)
+    legacy.put("L1", ("PG", 1_000_000, "idL", 1, 4))
+    (tmp_path / "dedup.json").write_bytes(legacy.to_json(0))
+    svc, clock = _journal_svc(tmp_path)
+    svc.rebuild()
+    assert "L1" in svc.table.entries and not (tmp_path / "dedup.json").exists()  # read, then folded in
+    svc.after_put(None, _req(), [_msg("K1")], _stored(1))
+    asyncio.run(svc.snapshot())
+    svc.after_put(None, _req(), [_msg("K2")], _stored(1))
+    asyncio.run(svc.snapshot())
+    [seg] = (tmp_path / "dedup").iterdir()  # the start's table, then one line per tick
+    data = seg.read_bytes()
+    assert data.count(b"\n") == 3
+    seg.write_bytes(data[: len(data) - 9])  # the last append torn by a crash
+    svc2 = _reloaded(tmp_path, clock)
+    assert {"L1", "K1"} <= set(svc2.table.entries) and "K2" not in svc2.table.entries
+    assert "1 unreadable line(s) skipped" in caplog.text
+    assert len(os.listdir(tmp_path / "dedup")) == 1
+
+
+def test_failed_journal_append_is_written_by_the_next_tick(tmp_path: Any) -> None:
+    import asyncio
+
+    svc, clock = _journal_svc(tmp_path)
+    svc.rebuild()
+    real_append = svc.journal.append
+    calls = []
+
+    def failing(*a: Any) -> None:
+        calls.append(a)
+        raise OSError(28, "No space left on device")
+
+    svc.after_put(None, _req(), [_msg("K1")], _stored(1))
+    svc.journal.append = failing  # type: ignore[method-assign]
+    asyncio.run(svc.snapshot())
+    svc.journal.append = real_append  # type: ignore[method-assign]
+    svc.after_put(None, _req(), [_msg("K2")], _stored(1))
+    asyncio.run(svc.snapshot())
+    assert len(calls) == 1
+    assert {"K1", "K2"} <= set(_reloaded(tmp_path, clock).table.entries)
