@@ -6,7 +6,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from orbitmq.broker.config import BrokerConfig
-from orbitmq.broker.services.dedup import DedupService, DedupTable
+from orbitmq.broker.services.dedup import CHUNK, DedupService, DedupTable, encode_entry
 from orbitmq.broker.stats import BrokerStats
 from orbitmq.model.properties import Prop
 from orbitmq.protocol import RemotingCommand, RequestCode
@@ -90,10 +90,10 @@ def test_batch_only_when_every_message_was_seen(tmp_path: Any) -> None:
 def test_table_eviction_by_size_and_snapshot_roundtrip(tmp_path: Any) -> None:
     t = DedupTable(window_ms=1000, max_entries=3)
     for i in range(5):
-        t.put(f"k{i}", ("G", 100 + i, f"id{i}", 0, i))
+        t.put(f"k{i}", encode_entry("G", 100 + i, f"id{i}", 0, i))
     t.evict(100)
     assert list(t.entries) == ["k2", "k3", "k4"]
-    t.put("k2", ("G", 200, "id2b", 0, 9))  # re-inserted at the young end
+    t.put("k2", encode_entry("G", 200, "id2b", 0, 9))  # re-inserted at the young end
     assert list(t.entries) == ["k3", "k4", "k2"]
     data = t.to_json(1234)
     t2 = DedupTable(window_ms=1000, max_entries=3)
@@ -101,7 +101,7 @@ def test_table_eviction_by_size_and_snapshot_roundtrip(tmp_path: Any) -> None:
     assert list(t2.entries) == ["k4", "k2"]  # k3 (ts 103) expired at now=1104
     assert t2.find("G", "k2", 1104) == ("G", 200, "id2b", 0, 9)
     assert t2.find("H", "k2", 1104) is None
-    t2.put("k5", (None, 1100, "id5", 1, 1))  # rebuilt from the CommitLog: any group matches
+    t2.put("k5", encode_entry(None, 1100, "id5", 1, 1))  # rebuilt from the CommitLog: any group matches
     assert t2.find("H", "k5", 1104) is not None
 
 
@@ -126,8 +126,8 @@ def test_after_put_remembers_what_the_per_message_rules_say(tmp_path: Any) -> No
     from orbitmq.broker.services.dedup import _dedupable
 
     svc, _clock, _ctx = _svc(tmp_path)
-    svc.table.put("OLD", ("PG", 999_999, "X", 0, 0))
-    svc.table.put("K0", ("PG", 999_999, "X", 0, 0))
+    svc.table.put("OLD", encode_entry("PG", 999_999, "X", 0, 0))
+    svc.table.put("K0", encode_entry("PG", 999_999, "X", 0, 0))
     msgs = [
         _msg("K0"), _msg(None), _msg("K2", **{Prop.REAL_TOPIC: "%RETRY%G"}), _msg("K3", **{Prop.REAL_TOPIC: "T"}),
         _msg("K4", topic="%DLQ%G"), _msg("K5", reconsume=1), _msg("K6", topic="RMQ_SYS_TRANS_OP_HALF_TOPIC"),
@@ -138,8 +138,8 @@ def test_after_put_remembers_what_the_per_message_rules_say(tmp_path: Any) -> No
                 if m.properties.get(Prop.UNIQ_KEY) and _dedupable(m.topic, m.properties, m.reconsume_times)]
     assert expected == ["K0", "K3", "K7"]
     assert list(svc.table.entries) == ["OLD", *expected]
-    assert svc.table.entries["K3"] == ("PG", 1_000_000, "ID3", 2, 10)
-    assert svc.table.entries["K7"] == ("PG", 1_000_000, "ID7", 2, 14)
+    assert svc.table.get("K3") == ("PG", 1_000_000, "ID3", 2, 10)
+    assert svc.table.get("K7") == ("PG", 1_000_000, "ID7", 2, 14)
 
     retry_batch = [_msg(f"R{i}", topic="%RETRY%G") for i in range(3)]
     svc.after_put(None, _req(), retry_batch, _stored(3))
@@ -149,15 +149,33 @@ def test_after_put_remembers_what_the_per_message_rules_say(tmp_path: Any) -> No
 
 
 def test_eviction_order_log_skips_reput_keys_and_compacts() -> None:
-    t = DedupTable(window_ms=1000, max_entries=10_000)
-    for i in range(10_000):
-        t.put(f"k{i}", ("G", 100, f"id{i}", 0, i))
-    t.put("k5", ("G", 500, "id5b", 0, 99))  # re-put: its first position in the log is stale
+    t = DedupTable(window_ms=1000, max_entries=100_000)
+    for i in range(20_000):
+        t.put(f"k{i}", encode_entry("G", 100, f"id{i}", 0, i))
+    t.put("k5", encode_entry("G", 500, "id5b", 0, 99))  # re-put: its first position in the log is stale
+    assert t.dups == {"k5": 1} and t.position == 20_001
+    assert [k for keys in t.slices(1020, 1030, 4) for k in keys] == [f"k{i}" for i in range(1020, 1030)]
     t.evict(1150)  # ts 100 expired, ts 500 not
-    assert list(t.entries) == ["k5"] and t.entries["k5"][2] == "id5b"
-    assert t.head == 0 and t.order == ["k5"]  # compacted: the evicted prefix is dropped from the log
+    got = t.get("k5")
+    assert list(t.entries) == ["k5"] and got is not None and got[2] == "id5b"
+    assert t.head == 20_000 and t.dups == {}
+    assert t.base == 19 * CHUNK and t.chunks == [] and t.tail[-1] == "k5"  # whole evicted chunks dropped
+    assert [k for keys in t.slices(0, t.position, 1000) for k in keys] == ["k5"]
     t.evict(1600)
     assert len(t) == 0
+
+
+def test_table_holds_no_gc_tracked_container_but_its_tail() -> None:
+    """The table must stay out of the cyclic GC's way: its dict and frozen chunks untracked after a collection."""
+    import gc
+
+    t = DedupTable(window_ms=10_000, max_entries=100_000)
+    for i in range(5000):
+        t.put(f"key-{i}", encode_entry("PG" if i % 2 else None, 1000 + i, f"ID{i}", i % 4, i))
+    gc.collect()
+    assert not gc.is_tracked(t.entries)
+    assert t.chunks and not any(gc.is_tracked(c) for c in t.chunks)
+    assert t.get("key-7") == ("PG", 1007, "ID7", 3, 7) and t.get("key-8") == (None, 1008, "ID8", 0, 8)
 
 
 def _store_ns() -> SimpleNamespace:
@@ -188,7 +206,7 @@ def test_journal_tick_survives_evictions_and_reputs_between_slices(tmp_path: Any
     svc.rebuild()  # empty table: generation 1 starts
     table = svc.table
     for i in range(100):
-        table.put(f"k{i}", ("PG", clock.ms - 1000 + i, f"id{i}", 0, i))
+        table.put(f"k{i}", encode_entry("PG", clock.ms - 1000 + i, f"id{i}", 0, i))
     appended: list[tuple[bytes, int, int]] = []
     real_append = svc.journal.append
 
@@ -201,9 +219,9 @@ def test_journal_tick_survives_evictions_and_reputs_between_slices(tmp_path: Any
     async def run() -> None:
         tick = asyncio.ensure_future(svc.snapshot())
         await asyncio.sleep(0)  # the first slice is encoded: now change the table under the walk
-        table.put("k50", ("PG", clock.ms, "id50b", 0, 500))  # re-put: moves to the young end
+        table.put("k50", encode_entry("PG", clock.ms, "id50b", 0, 500))  # re-put: moves to the young end
         del table.entries["k60"]  # gone (as an eviction would)
-        table.put("new", ("PG", clock.ms, "idn", 0, 1))  # added after the walk started: the next tick's
+        table.put("new", encode_entry("PG", clock.ms, "idn", 0, 1))  # added after the walk started: the next tick's
         await tick
         await svc.snapshot()  # the next tick: only what came after the first one's end
         await svc.snapshot()  # nothing new: no line
@@ -215,7 +233,7 @@ def test_journal_tick_survives_evictions_and_reputs_between_slices(tmp_path: Any
     assert b'"k50"' in second and b'"new"' in second
     loaded = _reloaded(tmp_path, clock).table
     assert set(loaded.entries) == {f"k{i}" for i in range(100)} - {"k60"} | {"new"}
-    assert loaded.entries["k50"] == ("PG", clock.ms, "id50b", 0, 500)
+    assert loaded.get("k50") == ("PG", clock.ms, "id50b", 0, 500)
     assert list(loaded.entries)[-2:] == ["k50", "new"]  # the young end as it was
 
 
@@ -250,7 +268,7 @@ def test_journal_skips_a_torn_line_and_reads_a_legacy_snapshot_once(tmp_path: An
     import os
 
     legacy = DedupTable(window_ms=120_000, max_entries=1000)
-    legacy.put("L1", ("PG", 1_000_000, "idL", 1, 4))
+    legacy.put("L1", encode_entry("PG", 1_000_000, "idL", 1, 4))
     (tmp_path / "dedup.json").write_bytes(legacy.to_json(0))
     svc, clock = _journal_svc(tmp_path)
     svc.rebuild()
@@ -289,3 +307,18 @@ def test_failed_journal_append_is_written_by_the_next_tick(tmp_path: Any) -> Non
     asyncio.run(svc.snapshot())
     assert len(calls) == 1
     assert {"K1", "K2"} <= set(_reloaded(tmp_path, clock).table.entries)
+
+
+def test_entry_encoding_roundtrips() -> None:
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from orbitmq.broker.services.dedup import SEP, decode_entry
+
+    names = st.text(st.characters(blacklist_characters=SEP, blacklist_categories=("Cs",)), max_size=30)
+
+    @given(st.none() | names, st.integers(0, 2**62), names, st.integers(0, 2**31), st.integers(0, 2**62))
+    def roundtrip(group: str | None, ts: int, msg_id: str, qid: int, qoff: int) -> None:
+        assert decode_entry(encode_entry(group, ts, msg_id, qid, qoff)) == (group, ts, msg_id, qid, qoff)
+
+    roundtrip()
