@@ -85,6 +85,9 @@ class DedupTable:
         self.base = 0
         self.head = 0
         self.dups: dict[str, int] = {}  # key -> stale positions of it still at or after head
+        # store time of the entry evict() stopped at: while it is inside the window and the table not over its
+        # size, evict() returns at once (entries are put in store-time order, so the others are younger)
+        self._head_ts = -1
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -104,6 +107,7 @@ class DedupTable:
         self.base = 0
         self.head = 0
         self.dups = {}
+        self._head_ts = -1
 
     def get(self, key: str) -> Entry | None:
         v = self.entries.get(key)
@@ -135,6 +139,8 @@ class DedupTable:
     def evict(self, now: int) -> None:
         entries = self.entries
         limit = now - self.window_ms
+        if self._head_ts >= limit and len(entries) <= self.max_entries:
+            return
         dups = self.dups
         chunks, tail, base = self.chunks, self.tail, self.base
         frozen_end = base + len(chunks) * CHUNK
@@ -148,7 +154,8 @@ class DedupTable:
             else:
                 v = entries.get(key)
                 if v is not None:
-                    if len(entries) <= self.max_entries and _entry_ts(v) >= limit:
+                    if len(entries) <= self.max_entries and (ts := _entry_ts(v)) >= limit:
+                        self._head_ts = ts
                         break
                     del entries[key]
             pos += 1
