@@ -33,6 +33,19 @@ JOURNAL_DIR = "dedup"
 LEGACY_SNAPSHOT = "dedup.json"  # the whole-table snapshot of earlier versions: read once, then removed
 SEGMENT_ROWS = 20_000  # rows per segment before the next append starts a new one
 _NAME = re.compile(r"^(\d{10})-(\d{20})\.jsonl$")
+_IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
+
+
+def _write_all(fd: int, bufs: list[bytes]) -> None:
+    """writev until every byte is written (a regular file may take less on a signal or a full disk → OSError)."""
+    views = [memoryview(b) for b in bufs]
+    while views:
+        n = os.writev(fd, views)
+        while views and n >= len(views[0]):
+            n -= len(views[0])
+            views.pop(0)
+        if n:
+            views[0] = views[0][n:]
 
 
 def _name(generation: int, position: int) -> str:
@@ -86,14 +99,14 @@ class DedupJournal:
             yield from (line for line in data.split(b"\n") if line.strip())
 
     # ---- writing ----
-    def start_generation(self, line: bytes, position: int, rows: int) -> None:
+    def start_generation(self, line: bytes, position: int, rows: int) -> None:  # line: ends with a newline
         """Make `line` (the whole table: `rows` entries, the first at `position`) the first segment of a new
         generation, then delete every older generation and the legacy snapshot."""
         with self._lock:
             gens = self._generations()
             self.generation = max(gens, default=0) + 1
             self.dir.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.dir / _name(self.generation, position), line + b"\n")
+            atomic_write(self.dir / _name(self.generation, position), line)
             for gen, positions in gens.items():
                 for pos in positions:
                     (self.dir / _name(gen, pos)).unlink(missing_ok=True)
@@ -103,9 +116,10 @@ class DedupJournal:
             self._active_rows = rows
             fsync_dir(self.dir)
 
-    def append(self, line: bytes, position: int, rows: int, evicted: int) -> None:
-        """Append one line of `rows` entries whose first row is at `position` (a new segment when the active one
-        is full), make it durable, and delete segments holding only rows before `evicted`."""
+    def append(self, lines: list[bytes], position: int, rows: int, evicted: int) -> None:
+        """Append `lines` (each ending with a newline) holding `rows` entries, the first at `position` (a new
+        segment when the active one is full), make them durable, and delete segments holding only rows before
+        `evicted`. os.writev, not a join: the kernel copies the lines without the GIL (the loop keeps running)."""
         with self._lock:
             if self.generation == 0:  # no start_generation (it failed): this line opens the newest generation
                 self.generation = max(self._generations(), default=0) + 1
@@ -119,7 +133,8 @@ class DedupJournal:
             path = self.dir / _name(self.generation, self._segments[-1])
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                os.write(fd, line + b"\n")
+                for i in range(0, len(lines), _IOV_MAX):
+                    _write_all(fd, lines[i : i + _IOV_MAX])
                 os.fdatasync(fd)
             finally:
                 os.close(fd)

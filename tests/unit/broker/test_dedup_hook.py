@@ -210,9 +210,10 @@ def test_journal_tick_survives_evictions_and_reputs_between_slices(tmp_path: Any
     appended: list[tuple[bytes, int, int]] = []
     real_append = svc.journal.append
 
-    def spy(line: bytes, position: int, rows: int, evicted: int) -> None:
-        appended.append((line, position, rows))
-        real_append(line, position, rows, evicted)
+    def spy(lines: list[bytes], position: int, rows: int, evicted: int) -> None:
+        assert all(line.endswith(b"\n") and line.count(b"\n") == 1 for line in lines)
+        appended.append((b"".join(lines), position, rows))
+        real_append(lines, position, rows, evicted)
 
     svc.journal.append = spy  # type: ignore[method-assign]
 
@@ -267,12 +268,13 @@ def test_journal_skips_a_torn_line_and_reads_a_legacy_snapshot_once(tmp_path: An
     import asyncio
     import os
 
-    legacy = DedupTable(window_ms=120_000, max_entries=1000)
-    legacy.put("L1", encode_entry("PG", 1_000_000, "idL", 1, 4))
-    (tmp_path / "dedup.json").write_bytes(legacy.to_json(0))
+    # the whole-table snapshot of earlier versions (format version 1)
+    (tmp_path / "dedup.json").write_bytes(
+        b'{"version":1,"physOffset":0,"entries":[["L1","PG",1000000,"idL",1,4],["L0",null,999000,"idL0",0,3]]}')
     svc, clock = _journal_svc(tmp_path)
     svc.rebuild()
-    assert "L1" in svc.table.entries and not (tmp_path / "dedup.json").exists()  # read, then folded in
+    assert svc.table.get("L1") == ("PG", 1_000_000, "idL", 1, 4) and svc.table.get("L0") == (None, 999_000, "idL0", 0, 3)
+    assert not (tmp_path / "dedup.json").exists()  # read, then folded into the journal
     svc.after_put(None, _req(), [_msg("K1")], _stored(1))
     asyncio.run(svc.snapshot())
     svc.after_put(None, _req(), [_msg("K2")], _stored(1))
@@ -322,3 +324,23 @@ def test_entry_encoding_roundtrips() -> None:
         assert decode_entry(encode_entry(group, ts, msg_id, qid, qoff)) == (group, ts, msg_id, qid, qoff)
 
     roundtrip()
+
+
+def test_journal_writev_finishes_short_writes(tmp_path: Any, monkeypatch: Any) -> None:
+    import os
+
+    from orbitmq.broker.services import dedup_journal
+
+    real_writev = os.writev
+
+    def short_writev(fd: int, bufs: list[Any]) -> int:  # a regular file may accept less than asked
+        return real_writev(fd, [bytes(b"".join(bytes(b) for b in bufs)[:7])])
+
+    monkeypatch.setattr(dedup_journal.os, "writev", short_writev)
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        dedup_journal._write_all(fd, [b"abc", b"", b"defghijklmnop", b"q\n"])
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"abcdefghijklmnopq\n"
