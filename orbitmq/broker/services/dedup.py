@@ -423,15 +423,20 @@ class DedupService:
                 counts.append(len(rows))
             yield
 
-    def _begin_tick(self) -> tuple[int, int, int] | None:
-        """(covered offset, first position, end position) of the next journal line, or None if nothing is new.
-        The line claims only the offset seen one tick ago: sends still waiting for a flush then are re-scanned."""
+    def _tick_steps(self, out: list[tuple[int, int, list[bytes], int]]) -> Iterator[None]:
+        """One journal tick, one step per slice: appends (first position, end position, lines, rows) to `out`, or
+        nothing if no entry is new. The lines claim only the CommitLog offset seen one tick ago: sends still waiting
+        for a flush then are re-scanned at the next start."""
         table = self.table
         table.evict(self.env.clock.now_ms())
         if table.position <= self._journaled:
-            return None
+            return
         covered, self._covered = self._covered, self.ctx.store.confirm_offset
-        return covered, max(self._journaled, table.evicted_position), table.position
+        start, end = max(self._journaled, table.evicted_position), table.position
+        lines: list[bytes] = []
+        counts: list[int] = []
+        yield from self._encode_new_rows(covered, start, end, lines, counts)
+        out.append((start, end, lines, sum(counts)))
 
     @staticmethod
     def _line(covered: int, rows: bytes) -> bytes:
@@ -439,22 +444,19 @@ class DedupService:
 
     async def snapshot(self) -> None:
         """Periodic journal tick: the entries added since the previous tick, encoded in slices with a yield
-        between them, appended as one line from a worker thread. Its cost follows the send rate, not the table
-        size (whole-table snapshots cost ~0.3 s of loop CPU every interval at 200k entries)."""
-        tick = self._begin_tick()
-        if tick is None:
-            return
-        covered, start, end = tick
-        lines: list[bytes] = []
-        counts: list[int] = []
-        for _ in self._encode_new_rows(covered, start, end, lines, counts):
+        between them, appended from a worker thread. Its cost follows the send rate, not the table size
+        (whole-table snapshots cost ~0.3 s of loop CPU every interval at 200k entries)."""
+        out: list[tuple[int, int, list[bytes], int]] = []
+        for _ in self._tick_steps(out):
             await asyncio.sleep(0)
+        if not out:
+            return
+        start, end, lines, rows = out[0]
         self._journaled = end
         if not lines:
             return  # all evicted meanwhile
         try:
-            await asyncio.to_thread(self.journal.append, lines, start, sum(counts),
-                                    self.table.evicted_position)
+            await asyncio.to_thread(self.journal.append, lines, start, rows, self.table.evicted_position)
         except OSError:
             log.exception("dedup journal append failed (the next tick writes these entries again)")
             self._journaled = min(self._journaled, start)
@@ -473,19 +475,17 @@ class DedupService:
             await self.snapshot()
 
     async def stop(self) -> None:
-        """The last journal line, synchronously: it claims everything confirmed so far."""
+        """The last journal tick, synchronously: it claims everything confirmed so far."""
         self._covered = self.ctx.store.confirm_offset
-        tick = self._begin_tick()
-        if tick is None:
-            return
-        covered, start, end = tick
-        lines: list[bytes] = []
-        counts: list[int] = []
-        for _ in self._encode_new_rows(covered, start, end, lines, counts):
+        out: list[tuple[int, int, list[bytes], int]] = []
+        for _ in self._tick_steps(out):
             pass
+        if not out:
+            return
+        start, end, lines, rows = out[0]
         if lines:
             try:
-                self.journal.append(lines, start, sum(counts), self.table.evicted_position)
+                self.journal.append(lines, start, rows, self.table.evicted_position)
             except OSError:
                 log.exception("dedup journal append failed at stop")
                 return
