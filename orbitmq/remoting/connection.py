@@ -22,7 +22,6 @@ from orbitmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE
 log = logging.getLogger("orbitmq.remoting")
 
 
-
 class Deferred:
     """What a handler returns when it answers later itself, through Connection.reply (e.g. from a store
     callback): no task, no coroutine. There is one instance, DEFERRED."""
