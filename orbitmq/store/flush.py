@@ -32,7 +32,8 @@ def _call(callback: Callable[[bool], None], ok: bool) -> None:
         log.exception("group-commit waiter callback failed")
 
 
-def _flush_ranges(ranges: list[tuple[Backing, int, int]]) -> None:
+def flush_ranges(ranges: list[tuple[Backing, int, int]]) -> None:
+    """Make each (backing, start, end) range durable (blocking: callers run it in a worker thread when they can)."""
     for backing, start, end in ranges:
         backing.flush(start, end)
 
@@ -95,9 +96,9 @@ class FlushService:
                 ranges.append((seg.backing, start, end))
                 segs.append((seg, end))
         if self.disk.flush_in_thread:
-            await loop.run_in_executor(None, _flush_ranges, ranges)
+            await loop.run_in_executor(None, flush_ranges, ranges)
         else:
-            _flush_ranges(ranges)
+            flush_ranges(ranges)
         if gen != self._generation:
             return  # truncated meanwhile: the range flushed no longer exists
         for seg, end in segs:

@@ -29,7 +29,7 @@ from orbitmq.store.config import StoreConfig
 from orbitmq.store.consume_queue import ConsumeQueueTable
 from orbitmq.store.disk import Disk, FileLock, MmapDisk
 from orbitmq.store.dispatch import Dispatcher, DispatchRequest
-from orbitmq.store.flush import FlushService
+from orbitmq.store.flush import FlushService, flush_ranges
 from orbitmq.store.index_file import IndexService
 from orbitmq.store.layout import ABORT_FILE, CONSUMEQUEUE_DIR, CQ_FILLER, INDEX_DIR, LOCK_FILE
 from orbitmq.store.recovery import (
@@ -63,11 +63,6 @@ def _physical_memory() -> int:
         return 8 << 30
 
 
-def _sync_ranges(ranges: list[Any]) -> None:
-    for backing, start, end in ranges:
-        backing.flush(start, end)
-
-
 def request_of(msg: MessageExt, delay_spec: str = DEFAULT_DELAY_LEVELS) -> DispatchRequest:
     props = msg.properties
     code = (tag_code(props.get(Prop.TAGS)) if msg.topic != SCHEDULE_TOPIC
@@ -79,10 +74,15 @@ def request_of(msg: MessageExt, delay_spec: str = DEFAULT_DELAY_LEVELS) -> Dispa
     )
 
 
+def _flush_timed_out(result: PutResult) -> None:
+    """The group commit did not cover the put in time (or failed): the message stays written, the answer says so."""
+    result.status = PutStatus.FLUSH_DISK_TIMEOUT
+    marks.hit("sync flush timeout")
+
+
 def _flushed_result(result: PutResult, callback: Callable[[PutResult], None], ok: bool) -> None:
     if not ok:
-        result.status = PutStatus.FLUSH_DISK_TIMEOUT
-        marks.hit("sync flush timeout")
+        _flush_timed_out(result)
     callback(result)
 
 
@@ -286,7 +286,7 @@ class MessageStore:
         are set on the loop after the sync (a file closed meanwhile is skipped by its backing)."""
         ranges, commit = self._plan_derived_flush()
         if ranges:
-            await asyncio.get_running_loop().run_in_executor(None, _sync_ranges, ranges)
+            await asyncio.get_running_loop().run_in_executor(None, flush_ranges, ranges)
         if self._shutdown:
             return  # shutdown() runs the synchronous flush and writes the final checkpoint itself
         commit()
@@ -299,7 +299,7 @@ class MessageStore:
 
     def _flush_derived_and_checkpoint(self) -> None:
         ranges, commit = self._plan_derived_flush()
-        _sync_ranges(ranges)
+        flush_ranges(ranges)
         commit()
 
     def _plan_derived_flush(self) -> tuple[list[Any], Callable[[], None]]:
@@ -419,8 +419,7 @@ class MessageStore:
         """Second half of a SYNC_FLUSH put: wait for the group commit covering `end_offset`."""
         assert self.flusher is not None
         if self.config.sync_flush and not await self.flusher.wait_flushed(end_offset, self.config.sync_flush_timeout_ms):
-            result.status = PutStatus.FLUSH_DISK_TIMEOUT
-            marks.hit("sync flush timeout")
+            _flush_timed_out(result)
         if self.replica.wait_ms and result.status is PutStatus.PUT_OK:
             result = await self.replica.wait(result, end_offset)  # SYNC_MASTER: wait for a slave
         return result

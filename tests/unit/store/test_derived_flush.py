@@ -4,6 +4,8 @@ synchronous flush."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from orbitmq.store import MessageInner, MessageStore, StoreConfig
@@ -14,12 +16,20 @@ def _msg(i: int) -> MessageInner:
                         store_host="127.0.0.1:10911")
 
 
+@contextlib.asynccontextmanager
+async def _started_store(tmp_path: Path) -> AsyncIterator[MessageStore]:
+    store = MessageStore(StoreConfig(str(tmp_path / "s"), mapped_file_size_commitlog=1 << 20, max_message_size=64 * 1024))
+    store.load()
+    await store.start()
+    try:
+        yield store
+    finally:
+        await store.shutdown()
+
+
 def test_off_loop_flush_marks_everything_flushed_and_saves_the_checkpoint(tmp_path: Path) -> None:
     async def run() -> None:
-        store = MessageStore(StoreConfig(str(tmp_path / "s"), mapped_file_size_commitlog=1 << 20, max_message_size=64 * 1024))
-        store.load()
-        await store.start()
-        try:
+        async with _started_store(tmp_path) as store:
             for i in range(50):
                 assert (await store.put_message(_msg(i))).ok
             cq_ranges, cq_done = store.cq_table.flush_plan()
@@ -34,18 +44,13 @@ def test_off_loop_flush_marks_everything_flushed_and_saves_the_checkpoint(tmp_pa
             assert st.logics_msg_timestamp == logics_ts and st.index_msg_timestamp == index_ts
             assert (await store.put_message(_msg(50))).ok  # a later put is dirty again
             assert len(store.cq_table.flush_plan()[1]) == 1
-        finally:
-            await store.shutdown()
 
     asyncio.run(run())
 
 
 def test_a_put_during_the_sync_stays_dirty(tmp_path: Path) -> None:
     async def run() -> None:
-        store = MessageStore(StoreConfig(str(tmp_path / "s"), mapped_file_size_commitlog=1 << 20, max_message_size=64 * 1024))
-        store.load()
-        await store.start()
-        try:
+        async with _started_store(tmp_path) as store:
             assert (await store.put_message(_msg(0))).ok
             flush = asyncio.ensure_future(store._flush_derived_off_loop())
             await asyncio.sleep(0)  # the plan is taken, the sync runs in the thread
@@ -53,7 +58,5 @@ def test_a_put_during_the_sync_stays_dirty(tmp_path: Path) -> None:
             await flush
             (_cq, hi), = store.cq_table.flush_plan()[1]
             assert hi == 2 * 20  # the second entry is still to be synced
-        finally:
-            await store.shutdown()
 
     asyncio.run(run())
