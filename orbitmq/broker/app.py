@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib
 import logging
 import os
 import tempfile
@@ -42,16 +43,20 @@ CLIENT_SCAN_INTERVAL_MS = 10_000
 LONG_POLL_CHECK_INTERVAL_MS = 5_000
 
 
-def _optional_handler_modules() -> list[Any]:
-    """Handler modules owned by the broker-meta teammate (offsets, query, admin), when present."""
+HANDLER_MODULES = ("offsets", "query", "admin")  # besides send / pull / heartbeat / consumer imported above
+
+
+def _handler_modules() -> list[Any]:
+    """The other request-handler modules. One that fails to import stops start-up with a one-line ConfigError
+    (the CLI prints it and exits 2): a broken module must not silently take its request codes with it."""
     mods: list[Any] = []
-    for name in ("offsets", "query", "admin"):
+    for name in HANDLER_MODULES:
+        path = f"orbitmq.broker.handlers.{name}"
         try:
-            mods.append(__import__(f"orbitmq.broker.handlers.{name}", fromlist=["handlers"]))
-        except ModuleNotFoundError as e:
-            if e.name != f"orbitmq.broker.handlers.{name}":
-                raise
-            log.debug("handler module %s not available", name)
+            mods.append(importlib.import_module(path))
+        except Exception as e:  # SyntaxError, ImportError, an error raised at import time...
+            detail = " ".join(str(e).split())
+            raise ConfigError(f"broker handler module {path} failed to import: {type(e).__name__}: {detail}") from e
     return mods
 
 
@@ -143,7 +148,7 @@ class Broker:
         table.update(pull_handlers.handlers(ctx, self.pull))
         table.update(heartbeat_handlers.handlers(ctx, self.notifier))
         table.update(consumer_handlers.handlers(ctx))
-        for mod in _optional_handler_modules():
+        for mod in _handler_modules():
             for code, handler in mod.handlers(ctx).items():
                 table.setdefault(int(code), handler)
         env = ServiceEnv(self.clock, self._client, config_dir, self.store_config)

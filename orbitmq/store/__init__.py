@@ -5,7 +5,15 @@ from orbitmq.store.disk import Disk, MmapDisk
 from orbitmq.store.dispatch import DispatchRequest, DispatchTarget
 from orbitmq.store.errors import StoreInUseError
 from orbitmq.store.message_store import MessageStore
-from orbitmq.store.results import GetResult, GetStatus, MessageInner, PutResult, PutStatus, QueryResult
+from orbitmq.store.results import (
+    STORED_STATUSES,
+    GetResult,
+    GetStatus,
+    MessageInner,
+    PutResult,
+    PutStatus,
+    QueryResult,
+)
 from orbitmq.store.segment_list import SegmentList
 
 __all__ = [
@@ -19,6 +27,7 @@ __all__ = [
     "MmapDisk",
     "PutResult",
     "PutStatus",
+    "STORED_STATUSES",
     "QueryResult",
     "SegmentList",
     "StoreConfig",

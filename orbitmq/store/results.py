@@ -36,6 +36,12 @@ class PutStatus(Enum):
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 
+# the put outcomes that mean "the message is in the CommitLog" (a flush or replica may still be missing): a send
+# answered with one of them must not be retried elsewhere, a service that moved a message may advance past it
+STORED_STATUSES = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
+                             PutStatus.SLAVE_NOT_AVAILABLE})
+
+
 @dataclass(slots=True)
 class PutResult:
     status: PutStatus

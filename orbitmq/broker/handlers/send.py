@@ -41,7 +41,8 @@ from orbitmq.protocol import (
 )
 from orbitmq.protocol.ext import SEND_V2_TO_V1
 from orbitmq.remoting.connection import DEFERRED, Deferred
-from orbitmq.store import MessageInner, PutResult, PutStatus
+from orbitmq.store import STORED_STATUSES, MessageInner, PutResult, PutStatus
+from orbitmq.store.schedule import delay_table
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
@@ -72,8 +73,6 @@ _PUT_CODES: dict[PutStatus, tuple[int, str | None]] = {
                                                              "for a while"),
     PutStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
 }
-_STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
-                     PutStatus.SLAVE_NOT_AVAILABLE})
 
 _SUCCESS = int(ResponseCode.SUCCESS)
 _SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
@@ -96,11 +95,6 @@ class SendReject(Exception):
         super().__init__(remark)
         self.code = int(code)
         self.remark = remark
-
-
-def parse_delay_levels(spec: str) -> int:
-    """Number of delay levels in messageDelayLevel ("1s 5s ... 2h")."""
-    return len([p for p in spec.split() if p])
 
 
 def decode_batch_body(body: bytes | memoryview) -> list[tuple[int, bytes, str]]:
@@ -146,7 +140,7 @@ class SendProcessor:
         self.ctx = ctx
         self._rr = 0  # round-robin counter for queueId < 0
         self._valid_topics: set[str] = set()
-        self._max_delay_level = parse_delay_levels(ctx.config.message_delay_level)
+        self._max_delay_level = len(delay_table(ctx.config.message_delay_level))
 
     def _base_ext(self) -> dict[str, str]:
         cfg = self.ctx.config
@@ -418,7 +412,7 @@ class SendProcessor:
         code, remark = _PUT_CODES.get(status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR DEFAULT"))
         resp = req.response(code, remark)
         ext = self._base_ext()
-        if status in _STORED:
+        if status in STORED_STATUSES:
             ext["msgId"] = ",".join(result.msg_ids)
             ext["queueId"] = str(queue_id)
             ext["queueOffset"] = str(result.queue_offset)

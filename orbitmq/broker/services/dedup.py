@@ -22,7 +22,7 @@ from orbitmq.broker.services import ServiceEnv
 from orbitmq.broker.services.dedup_journal import DedupJournal
 from orbitmq.model.properties import Prop
 from orbitmq.protocol import RemotingCommand, ResponseCode
-from orbitmq.store import PutStatus
+from orbitmq.store import STORED_STATUSES, PutStatus
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +32,6 @@ HITS_COUNTER = "dedupHits"
 SNAPSHOT_SLICE = 1000  # entries encoded between two yields to the event loop
 _SKIP_PREFIXES = ("%RETRY%", "%DLQ%")
 _SKIP_TOPICS = frozenset({"RMQ_SYS_TRANS_OP_HALF_TOPIC"})
-_STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
-                     PutStatus.SLAVE_NOT_AVAILABLE})
 _PUT_OK = PutStatus.PUT_OK
 _UNIQ_KEY = Prop.UNIQ_KEY
 _REAL_TOPIC = Prop.REAL_TOPIC
@@ -288,7 +286,7 @@ class DedupService:
 
     def after_put(self, conn: Any, req: RemotingCommand, msgs: list[Any], result: Any) -> None:
         status = result.status
-        if (status is not _PUT_OK and status not in _STORED) or not msgs:  # `is` first: Enum hashing is slow
+        if (status is not _PUT_OK and status not in STORED_STATUSES) or not msgs:  # `is` first: Enum hashing is slow
             return
         ext = req.ext_fields or {}
         group = ext.get("producerGroup") or ext.get("a") or ""

@@ -16,7 +16,7 @@ from orbitmq.broker.metadata.offset_versions import DelayOffsetTable  # C: data 
 from orbitmq.model.message import MessageExt
 from orbitmq.model.properties import Prop
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
-from orbitmq.store import MessageInner, PutResult, PutStatus
+from orbitmq.store import STORED_STATUSES, MessageInner, PutResult
 from orbitmq.store.dispatch import DispatchRequest
 from orbitmq.store.layout import CQ_FILLER
 from orbitmq.store.schedule import SCHEDULE_TOPIC, corrected_due, parse_delay_levels
@@ -35,8 +35,6 @@ MAX_SLEEP_S = 60.0
 READ_BATCH = 64
 _FILLER_SIZE = CQ_FILLER[1]
 # statuses meaning "the copy is in the commit log": the schedule offset may advance
-_STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
-                     PutStatus.SLAVE_NOT_AVAILABLE})
 
 
 # ---- C (pre-online): offsets persistence with a data version; see metadata/offset_versions.py ----
@@ -209,7 +207,7 @@ class ScheduleService:
                         msg.msg_id)
             return True
         result = await self._put(inner)
-        if result.status not in _STORED:
+        if result.status not in STORED_STATUSES:
             log.warning("delay level %d: re-put of %s failed (%s); retrying", level, msg.msg_id, result.status)
             return False
         self.delivered += 1

@@ -30,12 +30,10 @@ from orbitmq.broker.services.timer_wheel import (
 from orbitmq.model.enums import SysFlag, transaction_type
 from orbitmq.model.record import decode_record
 from orbitmq.protocol import ResponseCode
-from orbitmq.store import DispatchRequest, GetStatus, MessageInner, PutStatus
+from orbitmq.store import STORED_STATUSES, DispatchRequest, GetStatus, MessageInner
 
 log = logging.getLogger(__name__)
 
-_STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
-                     PutStatus.SLAVE_NOT_AVAILABLE})
 _MIN_SLEEP_MS = 5  # deliveries are batched per 5 ms: a due entry waits at most that long (plus loop latency)
 _COMMIT_INTERVAL_MS = 1000
 _CATCH_UP_BATCH = 1024
@@ -242,7 +240,7 @@ class TimerService:
             msg = self._delivery(deliver_ms, phys)
             if msg is not None:
                 result, _ = put([msg])
-                if result.status not in _STORED:
+                if result.status not in STORED_STATUSES:
                     log.warning("timer: putting back the message at %d failed (%s), retrying", phys,
                                 result.status.name)
                     return False

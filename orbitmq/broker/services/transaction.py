@@ -37,7 +37,7 @@ from orbitmq.model.msg_id import UniqIdGenerator
 from orbitmq.model.properties import Prop, encode_properties
 from orbitmq.model.record import decode_record, encode_record, pack_host_port
 from orbitmq.protocol import HeaderError, RemotingCommand, RequestCode, ResponseCode, ext_int, ext_str
-from orbitmq.store import GetStatus, MessageInner, PutResult, PutStatus
+from orbitmq.store import STORED_STATUSES, GetStatus, MessageInner, PutResult
 
 log = logging.getLogger("orbitmq.broker.transaction")
 
@@ -48,8 +48,6 @@ OP_REMOVE_TAG = "d"
 PROP_HALF_UNIQ = "HALF_UNIQ_KEY"
 READ_BATCH = 32
 RUN_LIMIT_MS = 60_000  # one check run per queue at most this long (§6.13)
-_STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
-                     PutStatus.SLAVE_NOT_AVAILABLE})
 _DROP_ON_COMMIT = (Prop.REAL_TOPIC, Prop.REAL_QID, Prop.TRAN_MSG)
 
 
@@ -243,7 +241,7 @@ class TransactionService:
         hand_off = ext.get(HAND_OFF_FLAG) == "true" and not acting  # decided (and delivered) by the acting slave
         if kind == SysFlag.TRANSACTION_COMMIT and not hand_off:
             result = await self._put_out(self._real_message(half))
-            if result.status not in _STORED:
+            if result.status not in STORED_STATUSES:
                 st.unmark(table_offset, uniq)
                 log.warning("commit of transaction %s failed to store: %s", uniq, result.status.name)
                 return reply(ResponseCode.SYSTEM_ERROR, f"commit store failed: {result.status.name}")
@@ -252,7 +250,7 @@ class TransactionService:
             self.acting_ops.record(ActingOp(table_offset, phys, group, uniq, kind))
             return reply(ResponseCode.SUCCESS)
         op = await self._put(self._op_message(table_offset, uniq))
-        if op.status not in _STORED:
+        if op.status not in STORED_STATUSES:
             log.warning("op message for transaction %s failed to store: %s", uniq, op.status.name)
         return reply(ResponseCode.SUCCESS)
 
@@ -403,7 +401,7 @@ class TransactionService:
         copy = MessageInner(TRANS_HALF_TOPIC, 0, msg.body, props, msg.flag, msg.sys_flag, msg.born_timestamp,
                             msg.born_host, self.ctx.store_host, msg.reconsume_times, 0)
         result = await self._put(copy)
-        if result.status not in _STORED:
+        if result.status not in STORED_STATUSES:
             log.warning("re-append of half message %s failed: %s", uniq, result.status.name)
             return False
         self.state.note_half(result.queue_offset, uniq)
