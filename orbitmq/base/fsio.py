@@ -1,9 +1,18 @@
-"""Atomic metadata writes: write tmp, fsync, keep .bak of the previous file, rename, fsync the directory."""
+"""Atomic metadata writes: write tmp, fsync, keep .bak of the previous file, rename, fsync the directory.
+
+Writers of one path in one process take turns (a per-path lock), so two threads never share its .tmp or .bak.
+"""
 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+_guard = threading.Lock()
+_file_locks: dict[str, tuple[threading.Lock, list[int]]] = {}  # absolute path -> (lock, [users]); dropped unused
 
 
 def fsync_dir(path: Path) -> None:
@@ -14,27 +23,44 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+@contextmanager
+def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold the in-process lock of `path` (every atomic_write of it takes the same one)."""
+    key = os.path.abspath(path)
+    with _guard:
+        entry = _file_locks.get(key)
+        if entry is None:
+            entry = _file_locks[key] = (threading.Lock(), [0])
+        entry[1][0] += 1
+    try:
+        with entry[0]:
+            yield
+    finally:
+        with _guard:
+            entry[1][0] -= 1
+            if entry[1][0] == 0 and _file_locks.get(key) is entry:
+                del _file_locks[key]
+
+
 def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace `path` with `data` so that a crash leaves either the old or the new content."""
+    """Replace `path` with `data` so that a crash leaves either the old or the new content. Concurrent calls for
+    one path (threads of this process) run one after the other; the last to take the lock wins."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    if target.exists():
-        bak = target.with_name(target.name + ".bak")
-        try:
-            _copy_bytes(target, bak)
-        except OSError:
-            pass
-    os.replace(tmp, target)
-    fsync_dir(target.parent)
+    with file_lock(target):
+        tmp = target.with_name(target.name + ".tmp")
+        _write_synced(tmp, data)
+        if target.exists():
+            bak = target.with_name(target.name + ".bak")
+            try:
+                _write_synced(bak, target.read_bytes())
+            except OSError:
+                pass
+        os.replace(tmp, target)
+        fsync_dir(target.parent)
 
 
-def _copy_bytes(src: Path, dst: Path) -> None:
-    data = src.read_bytes()
+def _write_synced(dst: Path, data: bytes) -> None:
     with open(dst, "wb") as f:
         f.write(data)
         f.flush()

@@ -88,6 +88,7 @@ class Broker:
         self.task_failures: dict[str, int] = {}
         self._routers: list[Router] = []
         self.services: list[BrokerService] = []
+        self.service_env: ServiceEnv | None = None
         self._client: RemotingClient | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._started = False
@@ -152,6 +153,7 @@ class Broker:
             for code, handler in mod.handlers(ctx).items():
                 table.setdefault(int(code), handler)
         env = ServiceEnv(self.clock, self._client, config_dir, self.store_config)
+        self.service_env = env
         self.services = create_services(ctx, env)
         for svc in self.services:
             table.update({int(code): h for code, h in svc.handlers().items()})
@@ -323,6 +325,8 @@ class Broker:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._supervisor
+        if self.service_env is not None:  # cancelled services may have writes still running in worker threads
+            await self.service_env.writes.drain()
         for svc in reversed(self.services):
             try:
                 await svc.stop()

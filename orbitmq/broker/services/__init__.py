@@ -9,10 +9,11 @@ the store shuts down. A service that takes part in sends appends a SendHook to c
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orbitmq.base.clock import Clock
@@ -25,6 +26,32 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class BackgroundWrites:
+    """The services' file writes in worker threads (asyncio.to_thread). Cancelling the task that awaits one does not
+    stop its thread, so Broker.stop cancels the services, then drain()s what is still writing, and only then lets
+    each service write its final state to the same files."""
+
+    def __init__(self) -> None:
+        self._pending: set[asyncio.Future[Any]] = set()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """fn(*args) in a worker thread; a cancelled caller leaves it running until drain() collects it."""
+        fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        self._pending.add(fut)
+        fut.add_done_callback(self._pending.discard)
+        return await asyncio.shield(fut)
+
+    async def drain(self) -> None:
+        """Wait for every write in flight (their errors were the callers' to handle: here they are only logged)."""
+        while self._pending:
+            for r in await asyncio.gather(*self._pending, return_exceptions=True):
+                if isinstance(r, Exception):
+                    log.warning("a background write failed while the broker stopped: %s", r)
+
+
 @dataclass
 class ServiceEnv:
     """Capabilities a service may need beyond BrokerContext."""
@@ -33,6 +60,7 @@ class ServiceEnv:
     client: RemotingClient  # outgoing connections (other brokers, name servers)
     config_dir: str  # <storePathRootDir>/config: where services persist their progress (atomic_write)
     store_config: StoreConfig
+    writes: BackgroundWrites = field(default_factory=BackgroundWrites)  # off-loop writes, drained at stop
 
 
 class BrokerService(Protocol):

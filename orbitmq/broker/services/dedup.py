@@ -454,7 +454,7 @@ class DedupService:
         if not lines:
             return  # all evicted meanwhile
         try:
-            await asyncio.to_thread(self.journal.append, lines, start, rows, self.table.evicted_position)
+            await self.env.writes.run(self.journal.append, lines, start, rows, self.table.evicted_position)
         except OSError:
             log.exception("dedup journal append failed (the next tick writes these entries again)")
             self._journaled = min(self._journaled, start)

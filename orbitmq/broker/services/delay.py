@@ -75,6 +75,7 @@ class ScheduleService:
 
     def __init__(self, ctx: BrokerContext, env: ServiceEnv) -> None:
         self.ctx = ctx
+        self.env = env
         self.clock = env.clock
         self.levels = parse_delay_levels(ctx.config.message_delay_level)
         self.path = os.path.join(env.config_dir, FILE_NAME)
@@ -127,7 +128,7 @@ class ScheduleService:
             await asyncio.sleep(PERSIST_INTERVAL_S)
             snap = dict(self.offsets)
             if snap != self._persisted:
-                await asyncio.to_thread(atomic_write, self.path, self.offsets.encode(settle=True))  # C: versioned
+                await self.env.writes.run(atomic_write, self.path, self.offsets.encode(settle=True))  # C: versioned
                 self._persisted = snap
 
     # ---- delivery ----

@@ -487,7 +487,7 @@ class PopService:
         data = self._offsets_snapshot()
         if data is not None:
             try:
-                await asyncio.to_thread(atomic_write, self._path, data)
+                await self.env.writes.run(atomic_write, self._path, data)
             except BaseException:
                 self._dirty = True  # write again next round
                 raise
