@@ -26,6 +26,7 @@ from orbitmq.broker.handlers import consumer as consumer_handlers
 from orbitmq.broker.handlers import heartbeat as heartbeat_handlers
 from orbitmq.broker.handlers import pull as pull_handlers
 from orbitmq.broker.handlers import send as send_handlers
+from orbitmq.broker.handlers.guard import guarded
 from orbitmq.broker.metadata.groups import SubscriptionGroupManager
 from orbitmq.broker.metadata.offsets import ConsumerOffsetManager
 from orbitmq.broker.metadata.topics import TopicConfigManager
@@ -156,7 +157,7 @@ class Broker:
         self.service_env = env
         self.services = create_services(ctx, env)
         for svc in self.services:
-            table.update({int(code): h for code, h in svc.handlers().items()})
+            table.update(guarded({int(code): h for code, h in svc.handlers().items()}))  # names checked first
         main, vip = self._routers
         main.add(table)
         vip.add({c: h for c, h in table.items() if c != RequestCode.PULL_MESSAGE})

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 from orbitmq.base.clock import now_ms
 from orbitmq.base.errors import OrbitMQError, ProtocolError
 from orbitmq.broker.config_file import to_properties
+from orbitmq.broker.handlers.guard import guarded
 from orbitmq.broker.metadata import DataVersion, SubscriptionGroupConfig
 from orbitmq.broker.metadata.topics import validate_topic_config, validate_topic_name
+from orbitmq.model.names import GROUP_MAX_LENGTH, consumer_group_error
 from orbitmq.model.topic import MessageQueue, TopicConfig
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_bool, ext_int, ext_str, fastjson
 from orbitmq.protocol.bodies import (
@@ -43,8 +44,7 @@ log = logging.getLogger("orbitmq.broker.admin")
 Handler = Callable[[Any, RemotingCommand], RemotingCommand | None]
 
 SLAVE_REMARK = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
-GROUP_NAME_MAX_LENGTH = 255
-_GROUP_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+GROUP_NAME_MAX_LENGTH = GROUP_MAX_LENGTH
 V3_0_7_SNAPSHOT = 28  # clients older than this cannot handle RESET_CONSUMER_CLIENT_OFFSET
 
 
@@ -88,7 +88,7 @@ def handlers(ctx: BrokerContext) -> dict[int, Handler]:
     out.update(_stats_handlers(ctx))
     out.update(_broker_handlers(ctx))
     out[RequestCode.INVOKE_BROKER_TO_RESET_OFFSET] = lambda conn, cmd: reset_offset(ctx, cmd)
-    return out
+    return guarded(out)
 
 
 # ---- topics --------------------------------------------------------------------------------------------------
@@ -148,13 +148,9 @@ def _topic_handlers(ctx: BrokerContext) -> dict[int, Handler]:
 # ---- subscription groups -------------------------------------------------------------------------------------
 def validate_group_config(cfg: SubscriptionGroupConfig) -> str | None:
     """Java client Validators.checkGroup rules (the group's %RETRY% topic must be a legal topic name too)."""
-    name = cfg.group_name
-    if not name or not name.strip():
-        return "the specified group is blank"
-    if not _GROUP_RE.match(name):
-        return f"the specified group[{name}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-    if len(name) > GROUP_NAME_MAX_LENGTH:
-        return f"the specified group is longer than group max length {GROUP_NAME_MAX_LENGTH}."
+    err = consumer_group_error(cfg.group_name)
+    if err is not None:
+        return err
     for label, n in (("retryQueueNums", cfg.retry_queue_nums), ("retryMaxTimes", cfg.retry_max_times),
                      ("brokerId", cfg.broker_id)):
         if n < 0:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.handlers.guard import guarded
 from orbitmq.broker.queue_locks import LOCK_MAX_LIVE_MS, QueueLockTable
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_str
 from orbitmq.protocol.bodies import ConsumerListBody, LockBatchBody, LockBatchResponseBody
@@ -35,8 +36,8 @@ def handlers(ctx: BrokerContext, locks: QueueLockTable | None = None) -> dict[in
         lock_table.unlock_batch(body.consumer_group, body.mq_set, body.client_id)
         return req.response(ResponseCode.SUCCESS)
 
-    return {
+    return guarded({
         int(RequestCode.GET_CONSUMER_LIST_BY_GROUP): get_consumer_list,
         int(RequestCode.LOCK_BATCH_MQ): lock_batch,
         int(RequestCode.UNLOCK_BATCH_MQ): unlock_batch,
-    }
+    })

@@ -9,6 +9,8 @@ from typing import Any
 
 from orbitmq.broker.context import BrokerContext
 from orbitmq.broker.filter.sql92 import SqlParseError, compile_sql92
+from orbitmq.broker.handlers.guard import guarded
+from orbitmq.model.names import consumer_group_error, group_error, topic_error
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_str, fastjson
 from orbitmq.protocol.bodies import HeartbeatData
 
@@ -16,6 +18,23 @@ log = logging.getLogger("orbitmq.broker.heartbeat")
 
 RETRY_PREFIX = "%RETRY%"
 _RW = 6
+
+
+def heartbeat_name_error(data: HeartbeatData) -> str | None:
+    """The first illegal name of a heartbeat (consumer groups, their subscription topics, producer groups)."""
+    for cd in data.consumer_data_set:
+        err = consumer_group_error(cd.group_name)
+        if err is not None:
+            return f"consumer group: {err}"
+        for sd in cd.subscription_data_set:
+            err = topic_error(sd.topic)
+            if err is not None:
+                return f"subscription of group {cd.group_name}: {err}"
+    for pd in data.producer_data_set:
+        err = group_error(pd.group_name)
+        if err is not None:
+            return f"producer group: {err}"
+    return None
 
 
 class ConsumerIdsNotifier:
@@ -59,6 +78,9 @@ class ClientManageProcessor:
     def heartbeat(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
         ctx = self.ctx
         data = HeartbeatData.from_json(req.body)
+        err = heartbeat_name_error(data)
+        if err is not None:  # refused whole: no group, subscription or retry topic is registered
+            return req.response(ResponseCode.SYSTEM_ERROR, err)
         client_id = data.client_id
         language = req.language
         version = req.version
@@ -115,8 +137,8 @@ class ClientManageProcessor:
 
 def handlers(ctx: BrokerContext, notifier: ConsumerIdsNotifier | None = None) -> dict[int, Any]:
     proc = ClientManageProcessor(ctx, notifier or ConsumerIdsNotifier(ctx))
-    return {
+    return guarded({
         int(RequestCode.HEART_BEAT): proc.heartbeat,
         int(RequestCode.UNREGISTER_CLIENT): proc.unregister_client,
         int(RequestCode.CHECK_CLIENT_CONFIG): proc.check_client_config,
-    }
+    })

@@ -10,6 +10,7 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from orbitmq.broker.handlers.guard import guarded
 from orbitmq.model.record import POS_PHYS_OFFSET
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_int, ext_str
 from orbitmq.store import GetStatus
@@ -84,7 +85,7 @@ def handlers(ctx: BrokerContext) -> dict[int, Handler]:
     def get_all_consumer_offset(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(body=offsets.encode())
 
-    return {
+    return guarded({
         RequestCode.QUERY_CONSUMER_OFFSET: query_consumer_offset,
         RequestCode.UPDATE_CONSUMER_OFFSET: update_consumer_offset,
         RequestCode.GET_MAX_OFFSET: get_max_offset,
@@ -92,4 +93,4 @@ def handlers(ctx: BrokerContext) -> dict[int, Handler]:
         RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: search_offset_by_timestamp,
         RequestCode.GET_EARLIEST_MSG_STORETIME: get_earliest_msg_storetime,
         RequestCode.GET_ALL_CONSUMER_OFFSET: get_all_consumer_offset,
-    }
+    })

@@ -11,6 +11,7 @@ from typing import Any
 
 from orbitmq.broker.context import BrokerContext
 from orbitmq.broker.filter import EXPRESSION_TYPE_SQL92, FilterCache, SqlParseError
+from orbitmq.broker.handlers.guard import guarded
 from orbitmq.broker.long_poll import LongPollService
 from orbitmq.model.enums import Perm
 from orbitmq.model.tags import java_hash, tags_of_expression
@@ -221,4 +222,4 @@ def build(ctx: BrokerContext) -> PullProcessor:
 
 def handlers(ctx: BrokerContext, proc: PullProcessor | None = None) -> dict[int, Any]:
     proc = proc or build(ctx)
-    return {int(RequestCode.PULL_MESSAGE): proc.handle}
+    return guarded({int(RequestCode.PULL_MESSAGE): proc.handle})

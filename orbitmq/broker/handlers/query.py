@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from orbitmq.broker.handlers.guard import guarded
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_int, ext_str
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def handlers(ctx: BrokerContext) -> dict[int, Handler]:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {phys_offset}")
         return cmd.response(body=bytes(raw))
 
-    return {
+    return guarded({
         RequestCode.QUERY_MESSAGE: query_message,
         RequestCode.VIEW_MESSAGE_BY_ID: view_message_by_id,
-    }
+    })

@@ -23,9 +23,9 @@ from orbitmq.broker.metadata.topics import (
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
-    validate_topic_name,
 )
 from orbitmq.model.enums import Perm, SysFlag, transaction_type
+from orbitmq.model.names import consumer_group_error, derived_group, group_error, send_topic_error
 from orbitmq.model.properties import Prop, decode_properties
 from orbitmq.protocol import (
     CURRENT_VERSION,
@@ -49,6 +49,8 @@ DLQ_PREFIX = "%DLQ%"
 VERSION_V3_4_9 = 121  # from this client version the broker honours maxReconsumeTimes in the header
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
                                      TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"  # the broker's own topics (revive log, timer wheel, ...): never a client's send
+_NAME_CACHE_MAX = 100_000
 TRANSACTION_UNSUPPORTED = "transaction messages are not supported yet"
 _RW = int(Perm.READ | Perm.WRITE)
 _WRITE = int(Perm.WRITE)  # a plain int: `x & Perm.WRITE` costs an Enum attribute lookup per send
@@ -140,6 +142,7 @@ class SendProcessor:
         self.ctx = ctx
         self._rr = 0  # round-robin counter for queueId < 0
         self._valid_topics: set[str] = set()
+        self._valid_groups: set[str] = set()
         self._max_delay_level = len(delay_table(ctx.config.message_delay_level))
 
     def _base_ext(self) -> dict[str, str]:
@@ -223,13 +226,16 @@ class SendProcessor:
         if start and now_ms() < start:
             raise SendReject(ResponseCode.SYSTEM_ERROR, f"broker unable to service, until {start}")
         if topic not in self._valid_topics:
-            err = validate_topic_name(topic)
+            err = send_topic_error(topic)
+            group = derived_group(topic)
+            if err is None and group is not None:  # %RETRY%<group> / %DLQ%<group>: the group must be legal
+                err = consumer_group_error(group)
             if err is not None:
                 code = ResponseCode.MESSAGE_ILLEGAL if batch and len(topic) > 127 else ResponseCode.SYSTEM_ERROR
                 raise SendReject(code, err)
-            if topic in NOT_ALLOWED_SEND_TOPICS:
+            if topic in NOT_ALLOWED_SEND_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX):
                 raise SendReject(ResponseCode.SYSTEM_ERROR, f"Sending message to topic[{topic}] is forbidden.")
-            if len(self._valid_topics) < 100_000:
+            if len(self._valid_topics) < _NAME_CACHE_MAX:
                 self._valid_topics.add(topic)
         tc = ctx.topics.get(topic)
         if not cfg.broker_permission & _WRITE and tc is not None and tc.order:
@@ -252,6 +258,14 @@ class SendProcessor:
             raise SendReject(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         return tc
 
+    def _check_producer_group(self, group: str) -> None:
+        if group not in self._valid_groups:
+            err = group_error(group)
+            if err is not None:
+                raise SendReject(ResponseCode.SYSTEM_ERROR, f"producerGroup: {err}")
+            if len(self._valid_groups) < _NAME_CACHE_MAX:
+                self._valid_groups.add(group)
+
     def _pick_queue(self, conn: Any, tc: Any, queue_id: int) -> int:
         if queue_id >= tc.write_queue_nums and queue_id >= tc.read_queue_nums:  # >= the larger of the two
             raise SendReject(ResponseCode.SYSTEM_ERROR,
@@ -270,7 +284,7 @@ class SendProcessor:
         k_topic, k_group, k_queue, k_sys, k_born, k_flag, k_props, k_reconsume = _ONE_V2 if v2 else _ONE_V1
         try:  # every required field present and decimal (values are str): read inline
             topic = ext[k_topic]
-            ext[k_group]
+            group = ext[k_group]
             queue_id = int(ext[k_queue])
             sys_flag = int(ext[k_sys])
             born_ts = int(ext[k_born])
@@ -280,12 +294,13 @@ class SendProcessor:
                 ext = normalize_send_header(ext)
                 k_props, k_reconsume = _ONE_V1[6:]
             topic = ext_str(ext, "topic")
-            ext_str(ext, "producerGroup")
+            group = ext_str(ext, "producerGroup")
             queue_id = ext_int(ext, "queueId")
             sys_flag = ext_int(ext, "sysFlag")
             born_ts = ext_int(ext, "bornTimestamp")
             flag = ext_int(ext, "flag")
         tc = self._check_topic(conn, ext, topic, batch=False)
+        self._check_producer_group(group)
         queue_id = self._pick_queue(conn, tc, queue_id)
         props = decode_properties(ext.get(k_props))
         rt = ext.get(k_reconsume)
@@ -352,7 +367,7 @@ class SendProcessor:
     def _prepare_batch(self, conn: Any, req: RemotingCommand, ext: dict[str, str]) -> tuple[list[MessageInner], int]:
         ctx = self.ctx
         topic = ext_str(ext, "topic")
-        ext_str(ext, "producerGroup")
+        group = ext_str(ext, "producerGroup")
         queue_id = ext_int(ext, "queueId")
         sys_flag = ext_int(ext, "sysFlag")
         born_ts = ext_int(ext, "bornTimestamp")
@@ -362,6 +377,7 @@ class SendProcessor:
         if topic.startswith(RETRY_PREFIX):
             raise SendReject(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {topic}")
         tc = self._check_topic(conn, ext, topic, batch=True)
+        self._check_producer_group(group)
         queue_id = self._pick_queue(conn, tc, queue_id)
         if tc.topic_filter_type == "MULTI_TAG":
             sys_flag |= SysFlag.MULTI_TAGS

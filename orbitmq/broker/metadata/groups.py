@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orbitmq.broker.metadata.data_version import DataVersion
+from orbitmq.broker.metadata.name_filter import drop_illegal
 from orbitmq.broker.metadata.versioned import VersionedTable
+from orbitmq.model.names import group_error
 
 SYS_CONSUMER_GROUP_PREFIX = "CID_RMQ_SYS_"
 BUILTIN_GROUPS = (
@@ -141,5 +143,8 @@ def decode_group_wrapper(obj: Any) -> tuple[dict[str, SubscriptionGroupConfig], 
     for name, d in raw.items():
         if isinstance(d, dict) and "groupName" not in d:
             d = {**d, "groupName": name}
-        table[str(name)] = SubscriptionGroupConfig.from_json_obj(d)
-    return table, DataVersion.from_json_obj(obj.get("dataVersion"))
+        cfg = SubscriptionGroupConfig.from_json_obj(d)
+        if cfg.group_name != name:  # lookups use the key: a mismatching groupName follows it
+            cfg.group_name = str(name)
+        table[str(name)] = cfg
+    return drop_illegal(table, group_error, "subscriptionGroupTable"), DataVersion.from_json_obj(obj.get("dataVersion"))

@@ -17,6 +17,7 @@ import orjson
 
 from orbitmq.base.fsio import atomic_write
 from orbitmq.broker.metadata.data_version import DataVersion, load_config_file
+from orbitmq.broker.metadata.name_filter import drop_illegal
 from orbitmq.broker.metadata.offset_versions import (
     CONSUMER_OFFSET_VERSION_STEP,
     VersionTracker,
@@ -25,6 +26,7 @@ from orbitmq.broker.metadata.offset_versions import (
     unversioned,
     version_of,
 )
+from orbitmq.model.names import group_error, topic_error
 
 SEPARATOR = "@"
 
@@ -226,4 +228,12 @@ def decode_offset_wrapper(obj: Any) -> dict[str, dict[int, int]]:
         if not isinstance(queues, dict):
             raise ValueError(f"offsets of {key!r} are not an object")
         table[str(key)] = {int(q): int(o) for q, o in queues.items()}
-    return table
+    return drop_illegal(table, offset_key_error, "offsetTable")
+
+
+def offset_key_error(key: str) -> str | None:
+    """None if "topic@group" holds a legal topic and a legal group."""
+    topic, sep, group = key.partition(SEPARATOR)
+    if not sep:
+        return "not of the form topic@group"
+    return topic_error(topic) or group_error(group)

@@ -6,12 +6,14 @@ announced through `on_change` (the app wires it to re-registration with the name
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from orbitmq.broker.metadata.data_version import DataVersion
+from orbitmq.broker.metadata.name_filter import drop_illegal
 from orbitmq.broker.metadata.versioned import VersionedTable
 from orbitmq.model.enums import Perm
+from orbitmq.model.names import TOPIC_MAX_LENGTH as TOPIC_MAX_LENGTH
+from orbitmq.model.names import topic_error
 from orbitmq.model.topic import TopicConfig
 
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
@@ -41,21 +43,13 @@ SYSTEM_TOPICS = frozenset(
     }
 )
 
-TOPIC_MAX_LENGTH = 127
 MAX_QUEUE_NUMS = 1024
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 _PERM_MASK = Perm.READ | Perm.WRITE | Perm.INHERIT  # PERM_PRIORITY (8) is not a valid topic perm
 
 
 def validate_topic_name(topic: str | None) -> str | None:
-    """None if `topic` is a legal name, else the error text Java's TopicValidator gives."""
-    if not topic or not topic.strip():
-        return "The specified topic is blank."
-    if not _TOPIC_RE.match(topic):
-        return f"The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}."
-    return None
+    """None if `topic` is a legal name, else the error text Java's TopicValidator gives (orbitmq.model.names)."""
+    return topic_error(topic)
 
 
 def validate_topic_config(tc: TopicConfig) -> str | None:
@@ -194,5 +188,8 @@ def _decode_wrapper(obj: Any) -> tuple[dict[str, TopicConfig], DataVersion]:
             raise ValueError(f"topic {name!r}: config is not an object")
         d = dict(d)
         d.setdefault("topicName", name)
-        table[str(name)] = TopicConfig.from_json_obj(d)
-    return table, DataVersion.from_json_obj(obj.get("dataVersion"))
+        tc = TopicConfig.from_json_obj(d)
+        if tc.topic_name != name:  # the key is what lookups use: a mismatching topicName follows the key
+            tc.topic_name = str(name)
+        table[str(name)] = tc
+    return drop_illegal(table, topic_error, "topicConfigTable"), DataVersion.from_json_obj(obj.get("dataVersion"))
