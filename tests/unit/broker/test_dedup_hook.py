@@ -6,6 +6,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from orbitmq.broker.config import BrokerConfig
+from orbitmq.broker.services import BackgroundWrites
 from orbitmq.broker.services.dedup import CHUNK, DedupService, DedupTable, encode_entry
 from orbitmq.broker.stats import BrokerStats
 from orbitmq.model.properties import Prop
@@ -24,7 +25,7 @@ class _Clock:
 def _svc(tmp_path: Any, **cfg: Any) -> tuple[DedupService, _Clock, Any]:
     ctx = SimpleNamespace(config=BrokerConfig(broker_ip1="127.0.0.1", **cfg), stats=BrokerStats(), send_hooks=[])
     clock = _Clock()
-    env = SimpleNamespace(clock=clock, config_dir=str(tmp_path), store_config=None)
+    env = SimpleNamespace(clock=clock, config_dir=str(tmp_path), store_config=None, writes=BackgroundWrites())
     return DedupService(ctx, env), clock, ctx  # type: ignore[arg-type]
 
 

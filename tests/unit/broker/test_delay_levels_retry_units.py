@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from orbitmq.base.errors import ConfigError
+from orbitmq.broker.services import BackgroundWrites
 from orbitmq.broker.services.delay import ScheduleService, decode_offsets, delivery_copy, encode_offsets
 from orbitmq.broker.services.retry import goes_to_dlq, retry_delay_level, schedule_rewrite
 from orbitmq.model.record import decode_record
@@ -117,7 +118,7 @@ def test_schedule_service_delivers_only_when_due(tmp_path):
     clock = StepClock()
     s = _store(clock)
     ctx = SimpleNamespace(config=SimpleNamespace(message_delay_level="1s 5s 10s", is_slave=False), store=s)
-    svc = ScheduleService(ctx, SimpleNamespace(clock=clock, config_dir=str(tmp_path)))  # type: ignore[arg-type]
+    svc = ScheduleService(ctx, SimpleNamespace(clock=clock, config_dir=str(tmp_path), writes=BackgroundWrites()))  # type: ignore[arg-type]
 
     async def go():
         await svc.start()
@@ -144,7 +145,7 @@ def test_schedule_service_delivers_only_when_due(tmp_path):
     assert s.cq_table.find("Real", 1).entry(0)[2] == tag_code("TagA")  # tags code recomputed from TAGS
     assert (tmp_path / "delayOffset.json").read_bytes().endswith(b'"offsetTable":{2:2}}')  # C: + dataVersion
     # a new service resumes from the persisted offset: nothing is delivered twice
-    svc2 = ScheduleService(ctx, SimpleNamespace(clock=clock, config_dir=str(tmp_path)))  # type: ignore[arg-type]
+    svc2 = ScheduleService(ctx, SimpleNamespace(clock=clock, config_dir=str(tmp_path), writes=BackgroundWrites()))  # type: ignore[arg-type]
 
     async def again():
         await svc2.start()
