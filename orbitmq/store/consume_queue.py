@@ -14,7 +14,7 @@ from orbitmq.base import marks
 from orbitmq.base.errors import ConfigError, CorruptionError
 from orbitmq.base.invariant import check
 from orbitmq.store.disk import Backing, Disk, tracks_writes
-from orbitmq.store.dispatch import DispatchRequest
+from orbitmq.store.dispatch import DispatchRequest, SkipLog, queue_name_error
 from orbitmq.store.layout import CQ_ENTRY, CQ_ENTRY_SIZE, CQ_FILLER, parse_segment_name, segment_name
 
 FILLER_SIZE = CQ_FILLER[1]  # an entry with this size is a gap filler, not a message
@@ -480,11 +480,15 @@ class ConsumeQueueTable:
         self._all: list[ConsumeQueue] = []
         self._last: ConsumeQueue | None = None  # the queue of the last dispatch (dropped with its topic)
         self.last_dispatch_timestamp = 0  # store time of the newest dispatched record (checkpoint logics time)
+        self.skips = SkipLog("consume queue dispatch")  # records whose topic/queue cannot name a queue
 
     def load(self) -> None:
         for topic in self._disk.list_dirs(self.root_dir):
+            if queue_name_error(topic, 0) is not None:
+                self.skips.skip(topic, f"directory {topic!r} is not a legal topic name: not loaded", -1)
+                continue
             for qname in self._disk.list_dirs(os.path.join(self.root_dir, topic)):
-                if not qname.isdigit():
+                if not qname.isdigit() or queue_name_error(topic, int(qname)) is not None:
                     continue
                 cq = self._new_queue(topic, int(qname))
                 cq.load()
@@ -513,6 +517,8 @@ class ConsumeQueueTable:
         return self._new_queue(topic, queue_id)
 
     def _new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        err = queue_name_error(topic, queue_id)
+        check(err is None, f"consume queue for an illegal name: {err}")
         directory = os.path.join(self.root_dir, topic, str(queue_id))
         cq = ConsumeQueue(topic, queue_id, directory, self._seg_size, self._disk)
         self._queues.setdefault(topic, {})[queue_id] = cq
@@ -545,6 +551,8 @@ class ConsumeQueueTable:
         return sum(cq.delete_expired(min_phys_offset) for cq in tuple(self._all))
 
     def delete_topic(self, topic: str) -> None:
+        if queue_name_error(topic, 0) is not None:
+            return  # never a queue of ours, and never a path to remove
         qs = self._queues.pop(topic, None)
         self._last = None
         if qs:
@@ -566,6 +574,10 @@ class ConsumeQueueTable:
             qs = self._queues.get(req.topic)
             cq = qs.get(req.queue_id) if qs is not None else None
             if cq is None:
+                err = queue_name_error(req.topic, req.queue_id)
+                if err is not None:  # logged and skipped: recovery and the write path go on
+                    self.skips.skip(f"{req.topic!r}/{req.queue_id}", err, req.phys_offset)
+                    return
                 cq = self._new_queue(req.topic, req.queue_id)
             self._last = cq
         cq.put(req.phys_offset, req.size, req.tags_code, req.queue_offset)

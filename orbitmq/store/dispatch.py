@@ -1,14 +1,20 @@
 """Dispatch of visible CommitLog records to derived stores (ConsumeQueue, IndexFile, listeners).
 
-Owns DispatchRequest (one record made visible), the DispatchTarget protocol and the Dispatcher fan-out.
+Owns DispatchRequest (one record made visible), the DispatchTarget protocol, the Dispatcher fan-out and the rule
+for which (topic, queue) may get a ConsumeQueue (queue_name_error) with SkipLog, the log of records skipped for it.
 Derived stores never reach back into the CommitLog: they receive requests only.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from orbitmq.model.names import is_legal_queue_id, store_topic_error
+
+log = logging.getLogger("orbitmq.store.dispatch")
 
 
 @dataclass(slots=True)
@@ -65,3 +71,35 @@ class Dispatcher:
 
     def __len__(self) -> int:
         return len(self._targets)
+
+
+def queue_name_error(topic: str, queue_id: int) -> str | None:
+    """None if (topic, queue_id) may name `consumequeue/<topic>/<queue_id>`, else why not (a record of such a
+    queue is skipped, never dispatched: it cannot create a path outside the store or stop a recovery)."""
+    err = store_topic_error(topic)
+    if err is None and not is_legal_queue_id(queue_id):
+        err = f"queue id {queue_id!r} is not a non-negative 31-bit int"
+    return err
+
+
+class SkipLog:
+    """Log of records skipped by dispatch: each bad name is logged once (the first MAX_NAMES names); past that,
+    only a running count at every power of two, so a log full of bad records cannot flood the output."""
+
+    MAX_NAMES = 100
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.skipped = 0
+        self._names: set[str] = set()
+
+    def skip(self, name: str, reason: str, phys_offset: int) -> None:
+        self.skipped += 1
+        if name in self._names:
+            return
+        if len(self._names) < self.MAX_NAMES:
+            self._names.add(name)
+            log.warning("%s: record at phys offset %d skipped (%s); later records of this name are skipped "
+                        "silently", self.what, phys_offset, reason)
+        elif self.skipped & (self.skipped - 1) == 0:
+            log.warning("%s: %d records with illegal names skipped so far", self.what, self.skipped)

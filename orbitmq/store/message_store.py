@@ -28,7 +28,7 @@ from orbitmq.store.commitlog import CommitLog
 from orbitmq.store.config import StoreConfig
 from orbitmq.store.consume_queue import ConsumeQueueTable
 from orbitmq.store.disk import Disk, FileLock, MmapDisk
-from orbitmq.store.dispatch import Dispatcher, DispatchRequest
+from orbitmq.store.dispatch import Dispatcher, DispatchRequest, SkipLog
 from orbitmq.store.flush import FlushService, flush_ranges
 from orbitmq.store.index_file import IndexService
 from orbitmq.store.layout import ABORT_FILE, CONSUMEQUEUE_DIR, CQ_FILLER, INDEX_DIR, LOCK_FILE
@@ -100,7 +100,8 @@ class MessageStore:
         self.disk: Disk = disk if disk is not None else MmapDisk()
         root = self.config.store_path_root_dir
         self.root_dir = root
-        self._disk_usage = disk_usage or (lambda: self.disk.usage_ratio(root))
+        cl_dir = self.config.commitlog_dir  # retention watches the CommitLog's own file system
+        self._disk_usage = disk_usage or (lambda: self.disk.usage_ratio(cl_dir))
         self.commitlog = CommitLog(root, self.config, self.disk, clock)
         self.checkpoint = CheckpointFile(root, self.disk)
         self.epochs = EpochFile(root, self.disk)
@@ -121,6 +122,7 @@ class MessageStore:
         self._pending: deque[DispatchRequest] = deque()  # appended, not yet visible ("flushed" mode)
         self.replica = ReplicaState(self)  # replication: raw appends (slave), replica gate (SYNC_MASTER)
         self._lock: FileLock | None = None
+        self._cl_lock: FileLock | None = None  # storePathCommitLog outside the root: its own lock
         self._loaded = False
         self._shutdown = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -136,6 +138,8 @@ class MessageStore:
         self.disk.makedirs(self.root_dir)
         self._lock = self.disk.lock(os.path.join(self.root_dir, LOCK_FILE))
         try:
+            if self.config.commitlog_dir_is_separate:
+                self._cl_lock = self.disk.lock(os.path.join(self.config.commitlog_dir, LOCK_FILE))
             self._load_locked()
         except BaseException:
             self._close_files()
@@ -218,8 +222,13 @@ class MessageStore:
     def _redispatch(self, begin: int, end: int) -> None:
         n = 0
         last_ts = self.commitlog.last_store_timestamp
-        for _phys, rec in self.commitlog.iter_records(begin, end):
-            req = request_of(decode_record(rec), self.config.message_delay_level)
+        skips = SkipLog("store recovery")
+        for phys, rec in self.commitlog.iter_records(begin, end):
+            try:  # a record that cannot be decoded is logged and skipped; recovery goes on (a bad name: cq_table)
+                req = request_of(decode_record(rec), self.config.message_delay_level)
+            except (CorruptionError, ValueError) as e:
+                skips.skip(type(e).__name__, f"cannot decode: {e}", phys)
+                continue
             self.cq_table.dispatch(req)
             if self.index is not None:
                 self.index.dispatch(req)
@@ -365,9 +374,10 @@ class MessageStore:
         self.cq_table.close()
         if self.index is not None:
             self.index.close()
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+        for lock in (self._cl_lock, self._lock):
+            if lock is not None:
+                lock.release()
+        self._lock = self._cl_lock = None
 
     # ---- writes ------------------------------------------------------------------------------------------
     def _refuse_reason(self) -> str | None:
@@ -618,6 +628,7 @@ class MessageStore:
         while self._pending and self._pending[-1].phys_offset >= phys_offset:
             self._pending.pop()
         self._confirm_offset = min(self._confirm_offset, phys_offset)
+        self.replica.replicated_offset = min(self.replica.replicated_offset, phys_offset)  # no stale SYNC acks
         self._rebuild_queue_table()
         if self.flusher is not None:
             # the checkpoint must not claim flushed data past the new end: recovery would see a later valid
@@ -631,6 +642,33 @@ class MessageStore:
     def append_raw(self, phys_offset: int, data: bytes) -> int:
         """Replication (slave): master bytes verbatim at the same offsets; returns the new max phys offset."""
         return self.replica.append_raw(phys_offset, data)
+
+    def truncate_invalid(self) -> int:
+        """AutoSwitch HA (slave READY, changeToMaster): cut replicated bytes past the last complete record (a
+        record whose tail never arrived); every complete record is kept. Returns the max phys offset after."""
+        replica = self.replica
+        if replica._cursor is not None and replica._cursor < self.commitlog.max_offset:
+            replica.dispatch_complete()
+            cursor = replica._cursor
+            if cursor is not None and cursor < self.commitlog.max_offset:
+                marks.hit("store truncate invalid tail")
+                self.truncate_dirty(cursor)
+        return self.commitlog.max_offset
+
+    @property
+    def epoch_entries(self) -> list[tuple[int, int]]:
+        """The (epoch, startOffset) history, oldest first (a copy)."""
+        return list(self.epochs.entries)
+
+    def replace_epochs(self, entries: list[tuple[int, int]]) -> None:
+        """AutoSwitch HA: persist an epoch history computed by replication.EpochCache."""
+        self.epochs.replace(entries)
+
+    @property
+    def last_file_start(self) -> int:
+        """Start offset of the last CommitLog segment (the max offset when there is none)."""
+        last = self.commitlog.segments.last
+        return last.start_offset if last is not None else self.commitlog.max_offset
 
     @property
     def master_epoch(self) -> int:
