@@ -1,7 +1,8 @@
 """StoreCheckpoint (the 4 KiB `checkpoint` file) and the master epoch file (`epochFileCheckpoint`).
 
 Both are small metadata files replaced atomically through Disk.write_small_atomic; a torn or missing checkpoint
-is reported as invalid (recovery then scans from the first CommitLog file).
+is reported as invalid (recovery then scans from the first CommitLog file); a torn epoch file falls back to its
+.bak and, when both are unreadable, start-up is refused. Epoch rules live in replication/epoch.py, not here.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 import zlib
 from dataclasses import dataclass
 
+from orbitmq.base.errors import CorruptionError
 from orbitmq.store.disk import Disk
 from orbitmq.store.layout import (
     CHECKPOINT,
@@ -84,37 +86,82 @@ class CheckpointFile:
         self.disk.write_small_atomic(self.path, self.state.encode())
 
 
-class EpochFile:
-    """Lines "epoch-startOffset", oldest first; the last line is the current master epoch."""
+def encode_epoch_file(entries: list[tuple[int, int]]) -> bytes:
+    """RocketMQ's CheckpointFile layout: count line, CRC32 line (of the entry lines, each with its newline), entries."""
+    body = "".join(f"{e}-{s}\n" for e, s in entries)
+    crc = zlib.crc32(body.encode("ascii")) & 0x7FFFFFFF  # Java UtilAll.crc32 masks the sign bit
+    return f"{len(entries)}\n{crc}\n{body}".encode("ascii")
 
-    __slots__ = ("path", "disk", "entries")
+
+def _parse_entry(line: str) -> tuple[int, int]:
+    epoch, sep, start = line.strip().partition("-")
+    if not sep:
+        raise ValueError(f"not an epoch-startOffset line: {line!r}")
+    return int(epoch), int(start)
+
+
+def decode_epoch_file(data: bytes) -> list[tuple[int, int]]:
+    """Entries of an epoch file: the counted+CRC layout, or the legacy OrbitMQ one (plain lines, first line has a
+    "-"). ValueError when torn: count or CRC mismatch, bad line. A stored CRC of 0 is not checked (RocketMQ)."""
+    text = data.decode("ascii")
+    lines = text.splitlines()
+    if not lines or "-" in lines[0]:
+        return [_parse_entry(ln) for ln in lines if ln.strip()]  # legacy (or empty: no entries)
+    if len(lines) < 2:
+        raise ValueError("epoch file holds a count but no CRC line")
+    count, crc = int(lines[0]), int(lines[1])
+    entry_lines = [ln for ln in lines[2:] if ln.strip()]
+    if len(entry_lines) != count:
+        raise ValueError(f"epoch file announces {count} entries but holds {len(entry_lines)}")
+    if crc != 0:
+        actual = zlib.crc32("".join(f"{ln.strip()}\n" for ln in entry_lines).encode("ascii"))
+        if crc not in (actual, actual & 0x7FFFFFFF):
+            raise ValueError(f"epoch file CRC {crc} does not match its entries ({actual & 0x7FFFFFFF})")
+    return [_parse_entry(ln) for ln in entry_lines]
+
+
+class EpochFile:
+    """The (epoch, startOffset) history, oldest first; the last entry is the current master epoch.
+
+    Persisted in RocketMQ's epochFileCheckpoint layout (layout.py), replaced atomically with the previous content
+    kept in `.bak`. `load` falls back to the `.bak` when the primary is torn and refuses (CorruptionError) when
+    no candidate decodes: an empty history would let a diverged replica skip truncation.
+    """
+
+    __slots__ = ("path", "disk", "entries", "loaded_from")
 
     def __init__(self, root_dir: str, disk: Disk) -> None:
         self.path = os.path.join(root_dir, EPOCH_FILE)
         self.disk = disk
         self.entries: list[tuple[int, int]] = []
+        self.loaded_from = ""  # "", "primary" or "backup" (runtime info, tests)
 
     def load(self) -> None:
-        for data in self.disk.read_small_with_backup(self.path):
+        candidates = self.disk.read_small_with_backup(self.path)
+        errors: list[str] = []
+        for data in candidates:
             try:
-                entries = []
-                for line in data.decode("ascii").splitlines():
-                    if line.strip():
-                        epoch, _, start = line.strip().partition("-")
-                        entries.append((int(epoch), int(start)))
-            except (UnicodeDecodeError, ValueError):
+                entries = decode_epoch_file(data)
+            except (UnicodeDecodeError, ValueError) as e:
+                errors.append(str(e))
                 continue
             self.entries = entries
+            self.loaded_from = "primary" if not errors and self.disk.exists(self.path) else "backup"
             return
+        if candidates:
+            raise CorruptionError(self.path, 0, "epoch file and its .bak are both unreadable (" + "; ".join(errors)
+                                  + "); refusing to start with an empty epoch history — restore the file from a "
+                                  "replica or remove it together with the CommitLog")
 
     def _save(self) -> None:
-        self.disk.write_small_atomic(self.path, "".join(f"{e}-{s}\n" for e, s in self.entries).encode("ascii"))
+        self.disk.write_small_atomic(self.path, encode_epoch_file(self.entries))
 
     @property
     def current(self) -> int:
         return self.entries[-1][0] if self.entries else 0
 
     def set(self, epoch: int, start_offset: int) -> None:
+        """Classic HA: record a newer epoch (the same epoch again is a no-op; an older one is refused)."""
         if self.entries and epoch < self.entries[-1][0]:
             raise ValueError(f"epoch {epoch} older than current {self.entries[-1][0]}")
         if self.entries and epoch == self.entries[-1][0]:
@@ -122,8 +169,16 @@ class EpochFile:
         self.entries.append((epoch, start_offset))
         self._save()
 
+    def replace(self, entries: list[tuple[int, int]]) -> None:
+        """AutoSwitch HA: persist a whole history computed by replication.EpochCache (no-op when unchanged)."""
+        entries = list(entries)
+        if entries != self.entries:
+            self.entries = entries
+            self._save()
+
     def truncate(self, phys_offset: int) -> None:
-        """Forget epochs that start beyond the new log end."""
+        """Forget epochs that start beyond the new log end (one starting exactly at the end is kept: a master that
+        has not written yet keeps its epoch across a restart)."""
         kept = [(e, s) for e, s in self.entries if s <= phys_offset]
         if kept != self.entries:
             self.entries = kept

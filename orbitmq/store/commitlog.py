@@ -66,7 +66,8 @@ class CommitLog:
     def __init__(self, root_dir: str, config: StoreConfig, disk: Disk, clock: Clock) -> None:
         self.config = config
         self.clock = clock
-        self.segments = SegmentList(os.path.join(root_dir, COMMITLOG_DIR), config.mapped_file_size_commitlog, disk)
+        directory = config.store_path_commitlog or os.path.join(root_dir, COMMITLOG_DIR)  # storePathCommitLog
+        self.segments = SegmentList(directory, config.mapped_file_size_commitlog, disk)
         self.topic_queue_table: dict[str, int] = {}
         self.last_store_timestamp = 0
         self._hosts: dict[str, bytes] = {}

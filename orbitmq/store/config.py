@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 
 from orbitmq.base.errors import ConfigError
-from orbitmq.store.layout import CQ_ENTRY_SIZE
+from orbitmq.store.layout import COMMITLOG_DIR, CONSUMEQUEUE_DIR, CQ_ENTRY_SIZE, INDEX_DIR
 from orbitmq.store.schedule import DEFAULT_DELAY_LEVELS, parse_delay_levels
 
 FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
@@ -20,6 +21,9 @@ def _meta(important: bool = False, hot_reloadable: bool = False) -> dict[str, bo
 @dataclass(frozen=True)
 class StoreConfig:
     store_path_root_dir: str
+    # storePathCommitLog: "" = <storePathRootDir>/commitlog; another directory (its own disk, say) holds the CommitLog
+    # segments and a lock file of their own; everything else stays under the root
+    store_path_commitlog: str = field(default="", metadata=_meta(True))
     mapped_file_size_commitlog: int = field(default=1 << 30, metadata=_meta(True))
     mapped_file_size_consume_queue: int = 300_000 * 20
     flush_disk_type: str = field(default="ASYNC_FLUSH", metadata=_meta(True))
@@ -50,6 +54,12 @@ class StoreConfig:
     def validate(self) -> None:
         if not self.store_path_root_dir:
             raise ConfigError("storePathRootDir must be set")
+        if self.commitlog_dir_is_separate:
+            root = os.path.normpath(self.store_path_root_dir)
+            taken = {root} | {os.path.join(root, d) for d in (CONSUMEQUEUE_DIR, INDEX_DIR, "config")}
+            if os.path.normpath(self.commitlog_dir) in taken:
+                raise ConfigError(f"storePathCommitLog {self.commitlog_dir} is the store root or one of its "
+                                  "consumequeue / index / config directories")
         if self.flush_disk_type not in FLUSH_TYPES:
             raise ConfigError(f"flushDiskType must be one of {FLUSH_TYPES}, got {self.flush_disk_type!r}")
         if self.confirm_offset_mode is not None and self.confirm_offset_mode not in CONFIRM_MODES:
@@ -89,6 +99,16 @@ class StoreConfig:
         if mode is None:
             mode = "flushed" if self.flush_disk_type == "SYNC_FLUSH" else "written"
         return dataclasses.replace(self, confirm_offset_mode=mode)
+
+    @property
+    def commitlog_dir(self) -> str:
+        return self.store_path_commitlog or os.path.join(self.store_path_root_dir, COMMITLOG_DIR)
+
+    @property
+    def commitlog_dir_is_separate(self) -> bool:
+        """True when storePathCommitLog names a directory other than <storePathRootDir>/commitlog."""
+        default = os.path.join(self.store_path_root_dir, COMMITLOG_DIR)
+        return os.path.normpath(self.commitlog_dir) != os.path.normpath(default)
 
     @property
     def sync_flush(self) -> bool:

@@ -19,7 +19,11 @@ Checkpoint, one 4096-byte page (">qqqqq" at offset 0, rest zero):
   physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp, masterFlushedOffset, confirmPhyOffset
   OrbitMQ appends at offset 40 a CRC32 (">I") of bytes 0..40 so a torn checkpoint is detected (Java ignores it).
 
-Epoch file `epochFileCheckpoint`: text lines "epoch-startOffset", oldest first, written atomically.
+Epoch file `epochFileCheckpoint` (+ `epochFileCheckpoint.bak` = the previous content), ASCII, "\n" line ends:
+  line 1: number of entries n; line 2: CRC32 of the n entry lines (each with its "\n"), sign bit masked as Java's
+  UtilAll.crc32 does (0 = not checked); then n lines "epoch-startOffset", oldest first. endOffset is not stored
+  (the next entry's start; unbounded for the last). Replaced atomically (tmp + fsync + rename + dir fsync).
+  Legacy OrbitMQ files (only "epoch-startOffset" lines) still load. Codec: checkpoint.encode/decode_epoch_file.
 Segment files are named by their 20-digit zero-padded start offset (CommitLog: phys_offset; CQ: byte offset).
 """
 

@@ -1,6 +1,7 @@
 """On-disk format sizes and codecs of store/layout.py and store/checkpoint.py."""
 
 import struct
+import zlib
 
 from orbitmq.model.record import BLANK_MAGIC
 from orbitmq.store import layout
@@ -76,7 +77,7 @@ def test_epoch_file_set_truncate_reload():
     e.set(1, 0)
     e.set(2, 500)
     e.set(2, 700)  # same epoch: no new entry
-    assert disk.read_small("/s/epochFileCheckpoint") == b"1-0\n2-500\n"
+    assert disk.read_small("/s/epochFileCheckpoint") == b"2\n%d\n1-0\n2-500\n" % (zlib.crc32(b"1-0\n2-500\n") & 0x7FFFFFFF)
     e.truncate(400)
     assert e.entries == [(1, 0)]
     e2 = EpochFile("/s", disk)
