@@ -13,6 +13,8 @@ from dataclasses import fields
 
 from orbitmq.base.clock import REAL_CLOCK, Clock
 from orbitmq.base.errors import ConfigError, ProtocolError
+from orbitmq.model.names import server_name_error, topic_error
+from orbitmq.model.topic import TopicConfig
 from orbitmq.namesrv.config import CONF_KEYS, NamesrvConfig, namesrv_config_from_properties, parse_properties
 from orbitmq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KvConfig
 from orbitmq.namesrv.notify import send_min_id_notices
@@ -66,6 +68,16 @@ def _data_version(stamp: tuple[int, ...]) -> DataVersion:
 
 def _broker_data(g: BrokerGroup) -> BrokerData:
     return BrokerData(cluster=g.cluster, broker_name=g.broker_name, broker_addrs=dict(g.addrs))
+
+
+def _legal_topics(broker_name: str, configs: list[TopicConfig]) -> list[TopicConfig]:
+    """The registered topic configs without those whose name is illegal (each logged; the rest registers)."""
+    kept = [tc for tc in configs if topic_error(tc.topic_name) is None]
+    if len(kept) != len(configs):
+        bad = [tc.topic_name for tc in configs if topic_error(tc.topic_name) is not None]
+        log.warning("REGISTER_BROKER from %s: %d topics with illegal names not routed: %r", broker_name,
+                    len(bad), bad[:10])
+    return kept
 
 
 def crc32_masked(data: bytes) -> int:
@@ -153,6 +165,10 @@ class NamesrvHandlers:
         enable_acting_master = ext_bool(ext, "enableActingMaster", False)
         compressed = ext_bool(ext, "compressed", False)
         body_crc = ext_int(ext, "bodyCrc32", 0)
+        name_err = server_name_error(broker_name, "brokerName") or server_name_error(cluster, "clusterName")
+        if name_err is not None:
+            log.warning("REGISTER_BROKER from %s refused: %s", broker_addr, name_err)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, name_err)
         if body_crc != 0 and crc32_masked(cmd.body or b"") != body_crc:
             log.warning("REGISTER_BROKER from %s: body crc32 mismatch", broker_addr)
             return cmd.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
@@ -160,7 +176,7 @@ class NamesrvHandlers:
             body = RegisterBrokerBody.decode(cmd.body, compressed=compressed, version=cmd.version)
             wrapper = body.topic_config_serialize_wrapper
             stamp = _stamp(wrapper.data_version)
-            topic_configs = list(wrapper.topic_config_table.values())
+            topic_configs = _legal_topics(broker_name, list(wrapper.topic_config_table.values()))
             filter_servers: list[str] | None = body.filter_server_list
         else:
             stamp, topic_configs, filter_servers = (0, 0, 0), [], []
