@@ -87,6 +87,7 @@ BROKER_KEYS: dict[str, str] = {
 # broker.conf key -> StoreConfig field
 STORE_KEYS: dict[str, str] = {
     "storePathRootDir": "store_path_root_dir",
+    "storePathCommitLog": "store_path_commitlog",  # resolved like storePathRootDir; "" = <root>/commitlog
     "mappedFileSizeCommitLog": "mapped_file_size_commitlog",
     "mapedFileSizeCommitLog": "mapped_file_size_commitlog",  # legacy Java spelling
     "mappedFileSizeConsumeQueue": "mapped_file_size_consume_queue",
@@ -122,7 +123,12 @@ IGNORED_KEYS = frozenset({
     "rocketmqHome", "aclEnable", "enableDLegerCommitLog", "slaveReadEnableForDLeger",
 })
 
-_STORE_COMMITLOG_KEY = "storePathCommitLog"
+def _resolve_dir(path: str, base_dir: str | None) -> str:
+    """A directory key of broker.conf: ~ expanded, relative to the file's directory (or the working directory)."""
+    path = os.path.expanduser(str(path).strip())
+    if not os.path.isabs(path):
+        path = os.path.join(base_dir or os.getcwd(), path)
+    return os.path.normpath(path)
 
 
 def _type_of(dc: type, name: str) -> type:
@@ -249,8 +255,6 @@ def build_configs(
         elif key in STORE_KEYS:
             name = STORE_KEYS[key]
             store_kw[name] = coerce(key, raw, _type_of(store_cls, name), source)
-        elif key == _STORE_COMMITLOG_KEY:
-            continue  # checked below once the root dir is known
         elif key in IGNORED_KEYS:
             warnings.append(f"{source}: {key} is a RocketMQ setting that OrbitMQ ignores")
         else:
@@ -261,15 +265,9 @@ def build_configs(
     if "flush_disk_type" in store_kw:
         store_kw["flush_disk_type"] = str(store_kw["flush_disk_type"]).upper()
     root = store_kw.get("store_path_root_dir") or os.path.join("~", "store")
-    root = os.path.expanduser(root)
-    if not os.path.isabs(root):
-        root = os.path.join(base_dir or os.getcwd(), root)
-    store_kw["store_path_root_dir"] = os.path.normpath(root)
-    if _STORE_COMMITLOG_KEY in props:
-        wanted = os.path.normpath(os.path.expanduser(props[_STORE_COMMITLOG_KEY].strip()))
-        if wanted != os.path.join(store_kw["store_path_root_dir"], "commitlog"):
-            warnings.append(f"{source}: {_STORE_COMMITLOG_KEY} ignored: the CommitLog always lives in "
-                            f"{os.path.join(store_kw['store_path_root_dir'], 'commitlog')}")
+    store_kw["store_path_root_dir"] = _resolve_dir(root, base_dir)
+    if store_kw.get("store_path_commitlog"):
+        store_kw["store_path_commitlog"] = _resolve_dir(store_kw["store_path_commitlog"], base_dir)
     if store_kw.get("flush_disk_type") == "SYNC_FLUSH" and "confirm_offset_mode" not in store_kw:
         store_kw["confirm_offset_mode"] = "flushed"
     if broker_kw.get("broker_role", "ASYNC_MASTER") != "SLAVE" and broker_kw.get("broker_id", 0) != 0:

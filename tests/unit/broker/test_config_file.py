@@ -104,13 +104,20 @@ def test_properties_syntax_continuations_escapes_and_trailing_spaces():
     assert props == {"a": "x", "b": "one two", "c=d": "e", "u": "A\tB"}
 
 
-def test_store_path_commitlog_mismatch_warns(tmp_path):
+def test_store_path_commitlog_is_honoured(tmp_path):
     conf = f"storePathRootDir={tmp_path}/s\nstorePathCommitLog={tmp_path}/s/commitlog\n"
-    _, _, warnings = load_broker_conf(write(tmp_path, conf))
-    assert warnings == []
-    conf = f"storePathRootDir={tmp_path}/s\nstorePathCommitLog=/elsewhere/commitlog\n"
-    _, _, warnings = load_broker_conf(write(tmp_path, conf))
-    assert "storePathCommitLog ignored" in warnings[0]
+    _, store, warnings = load_broker_conf(write(tmp_path, conf))
+    assert warnings == [] and store.commitlog_dir == f"{tmp_path}/s/commitlog"
+    assert not store.commitlog_dir_is_separate
+    conf = f"storePathRootDir={tmp_path}/s\nstorePathCommitLog=/elsewhere/commitlog/\n"
+    _, store, warnings = load_broker_conf(write(tmp_path, conf))
+    assert warnings == [] and store.commitlog_dir == "/elsewhere/commitlog" and store.commitlog_dir_is_separate
+    conf = "storePathRootDir=s\nstorePathCommitLog=disk2/cl\n"  # a relative path is resolved as the root's is
+    _, store, _ = load_broker_conf(write(tmp_path, conf))
+    base = os.path.dirname(store.store_path_root_dir)
+    assert os.path.isabs(store.commitlog_dir) and store.commitlog_dir == os.path.join(base, "disk2", "cl")
+    with pytest.raises(ConfigError, match="storePathCommitLog"):
+        load_broker_conf(write(tmp_path, f"storePathRootDir={tmp_path}/s\nstorePathCommitLog={tmp_path}/s\n"))
 
 
 def test_round_trip_properties_and_hot_updates():
