@@ -79,8 +79,9 @@ class ReadState:
 @dataclass(slots=True)
 class Ready:
     """One batch of work for the driver, in this order:
-    1. persist `hard_state` (if not None), `snapshot` (if not None: install it and drop EVERY stored log
-       entry -- the leader's log replaces ours, stale entries after the snapshot index must not survive),
+    1. persist `hard_state` (if not None), `snapshot` (if not None: install it, drop stored entries <= its
+       index, and drop ALL stored entries unless the stored log holds the snapshot's own entry with the same
+       term -- stale entries that do not continue the snapshot must not survive a restart),
        then `entries` (first truncate the stored log from entries[0].index on, then append) -- fsynced;
     2. send `messages`;
     3. apply `committed` entries in order (the snapshot, if any, is applied before them);
