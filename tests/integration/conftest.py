@@ -3,7 +3,6 @@ teardown, whatever the test did (and at interpreter exit as a last resort)."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,11 +10,6 @@ from typing import Any
 import pytest
 
 from orbitmq.testing.procs import ServerProcess, Standalone, free_port, start_broker, start_namesrv
-
-
-def _require_cli() -> None:
-    if importlib.util.find_spec("orbitmq.cli.main") is None:
-        pytest.skip("orbitmq.cli.main is not available yet")
 
 
 @pytest.fixture
@@ -26,7 +20,6 @@ def free_tcp_port() -> int:
 @pytest.fixture
 def standalone_factory(tmp_path: Path) -> Iterator[Callable[..., Standalone]]:
     """make(**broker_conf_keys) -> a started Standalone (namesrv + broker, broker registered) in tmp_path."""
-    _require_cli()
     made: list[Standalone] = []
 
     def make(*, name: str | None = None, wait_registered: bool = True, **broker_keys: Any) -> Standalone:
@@ -52,7 +45,6 @@ def standalone(standalone_factory: Callable[..., Standalone]) -> Standalone:
 @pytest.fixture
 def namesrv_proc(tmp_path: Path) -> Iterator[ServerProcess]:
     """`orbitmq namesrv -c namesrv.conf` on a free port; `.ports[0]` is its port."""
-    _require_cli()
     proc = start_namesrv(tmp_path / "namesrv")
     try:
         yield proc
@@ -63,7 +55,6 @@ def namesrv_proc(tmp_path: Path) -> Iterator[ServerProcess]:
 @pytest.fixture
 def broker_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     """make(namesrv_addr, name="b0", **broker_conf_keys) -> a started `orbitmq broker -c` process."""
-    _require_cli()
     made: list[ServerProcess] = []
 
     def make(namesrv_addr: str, *, name: str | None = None, **keys: Any) -> ServerProcess:

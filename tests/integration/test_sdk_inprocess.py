@@ -5,20 +5,14 @@ pull consumer offsets, and the admin operations."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from collections import defaultdict
 from contextlib import asynccontextmanager
 
 import pytest
 
-pytestmark = pytest.mark.integration
-
-if importlib.util.find_spec("orbitmq.broker.app") is None or importlib.util.find_spec("orbitmq.namesrv.app") is None:
-    pytest.skip("broker / name server not available yet", allow_module_level=True)
-
-from orbitmq.base import marks  # noqa: E402
-from orbitmq.broker import Broker, BrokerConfig  # noqa: E402
-from orbitmq.client import (  # noqa: E402
+from orbitmq.base import marks
+from orbitmq.broker import Broker, BrokerConfig
+from orbitmq.client import (
     Admin,
     ConsumeOrderlyResult,
     ConsumeResult,
@@ -27,12 +21,13 @@ from orbitmq.client import (  # noqa: E402
     PullStatus,
     PushConsumer,
     SendStatus,
-    broker_api,  # noqa: E402
+    broker_api,
 )
-from orbitmq.client.errors import RequestCodeNotSupportedError  # noqa: E402
-from orbitmq.model import Message, MessageQueue  # noqa: E402
-from orbitmq.namesrv import NameServer, NamesrvConfig  # noqa: E402
-from orbitmq.store import StoreConfig  # noqa: E402
+from orbitmq.model import Message, MessageQueue
+from orbitmq.namesrv import NameServer, NamesrvConfig
+from orbitmq.store import StoreConfig
+
+pytestmark = pytest.mark.integration
 
 
 def run(coro, timeout_s: float = 60):
@@ -246,11 +241,9 @@ def test_orderly_consumer_sees_each_queue_in_order_and_suspend_retries(tmp_path)
                 seen[m.queue_id].append(n)
                 return ConsumeOrderlyResult.SUCCESS
 
-            try:
-                addr = (await admin.cluster_brokers())[0][3]
-                await broker_api.lock_batch(admin._i(), addr, "probe@1", "CG5-probe", [MessageQueue("T5", "x", 0)])
-            except RequestCodeNotSupportedError:
-                pytest.skip("broker does not implement LOCK_BATCH_MQ yet")
+            # LOCK_BATCH_MQ must be served: REQUEST_CODE_NOT_SUPPORTED (or any error) fails the test, never skips it
+            addr = (await admin.cluster_brokers())[0][3]
+            await broker_api.lock_batch(admin._i(), addr, "probe@1", "CG5-probe", [MessageQueue("T5", "x", 0)])
             c = PushConsumer("CG5", ns, orderly=True, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
             c.subscribe("T5", "*", listener)
             async with Producer("PG5", ns) as p:
