@@ -32,13 +32,16 @@ def _shown(name: str) -> str:
 
 def topic_error(topic: object) -> str | None:
     """None if `topic` is a legal topic name, else the remark: 1..127 characters of [%|a-zA-Z0-9_-]. The limit
-    holds for group-derived topics too (%RETRY%<group>, %DLQ%<group>): a CommitLog record stores at most 127."""
+    holds for group-derived topics too (%RETRY%<group>, %DLQ%<group>: a CommitLog record stores at most 127
+    topic bytes), whose group must not be blank."""
     if not isinstance(topic, str) or not topic or not topic.strip():
         return "The specified topic is blank."
     if _NAME.fullmatch(topic) is None:
         return f"The specified topic[{_shown(topic)}] contains illegal characters, allowing only {_PATTERN_TEXT}"
     if len(topic) > TOPIC_MAX_LENGTH:
         return f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}."
+    if derived_group(topic) == "":
+        return f"The specified topic[{topic}] names no group."
     return None
 
 

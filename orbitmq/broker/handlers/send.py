@@ -25,7 +25,7 @@ from orbitmq.broker.metadata.topics import (
     TRANS_OP_HALF_TOPIC,
 )
 from orbitmq.model.enums import Perm, SysFlag, transaction_type
-from orbitmq.model.names import consumer_group_error, derived_group, group_error, send_topic_error
+from orbitmq.model.names import group_error, send_topic_error
 from orbitmq.model.properties import Prop, decode_properties
 from orbitmq.protocol import (
     CURRENT_VERSION,
@@ -227,9 +227,6 @@ class SendProcessor:
             raise SendReject(ResponseCode.SYSTEM_ERROR, f"broker unable to service, until {start}")
         if topic not in self._valid_topics:
             err = send_topic_error(topic)
-            group = derived_group(topic)
-            if err is None and group is not None:  # %RETRY%<group> / %DLQ%<group>: the group must be legal
-                err = consumer_group_error(group)
             if err is not None:
                 code = ResponseCode.MESSAGE_ILLEGAL if batch and len(topic) > 127 else ResponseCode.SYSTEM_ERROR
                 raise SendReject(code, err)
@@ -299,8 +296,8 @@ class SendProcessor:
             sys_flag = ext_int(ext, "sysFlag")
             born_ts = ext_int(ext, "bornTimestamp")
             flag = ext_int(ext, "flag")
-        tc = self._check_topic(conn, ext, topic, batch=False)
         self._check_producer_group(group)
+        tc = self._check_topic(conn, ext, topic, batch=False)
         queue_id = self._pick_queue(conn, tc, queue_id)
         props = decode_properties(ext.get(k_props))
         rt = ext.get(k_reconsume)
@@ -376,8 +373,8 @@ class SendProcessor:
             raise SendReject(ResponseCode.MESSAGE_ILLEGAL, f"message topic length too long {len(topic)}")
         if topic.startswith(RETRY_PREFIX):
             raise SendReject(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {topic}")
-        tc = self._check_topic(conn, ext, topic, batch=True)
         self._check_producer_group(group)
+        tc = self._check_topic(conn, ext, topic, batch=True)
         queue_id = self._pick_queue(conn, tc, queue_id)
         if tc.topic_filter_type == "MULTI_TAG":
             sys_flag |= SysFlag.MULTI_TAGS
