@@ -645,7 +645,7 @@ class MessageStore:
 
     def truncate_invalid(self) -> int:
         """AutoSwitch HA (slave READY, changeToMaster): cut replicated bytes past the last complete record (a
-        record whose tail never arrived); every complete record is kept. Returns the max phys offset after."""
+        record whose tail never arrived); every complete record is kept and dispatched. Returns the new max."""
         replica = self.replica
         if replica._cursor is not None and replica._cursor < self.commitlog.max_offset:
             replica.dispatch_complete()
@@ -653,6 +653,7 @@ class MessageStore:
             if cursor is not None and cursor < self.commitlog.max_offset:
                 marks.hit("store truncate invalid tail")
                 self.truncate_dirty(cursor)
+        replica.reset_cursor()  # everything complete is dispatched; the next raw append restarts at the end
         return self.commitlog.max_offset
 
     @property

@@ -1,0 +1,194 @@
+"""AutoSwitch HA in process: three MessageStores in tmp dirs, AutoSwitchHAService on real sockets (127.0.0.1).
+
+Streaming to slaves, the confirm offset as the minimum over the SyncStateSet (held while a member has no
+connection), SyncStateSet expand/shrink through a fake controller callback, failover: the promoted slave keeps its
+data, the old master's unreplicated tail is truncated at the consistent point and it rejoins byte-identical."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from orbitmq.replication.autoswitch_driver import AutoSwitchConfig, AutoSwitchHAService
+from orbitmq.store import MessageInner, MessageStore, PutStatus, StoreConfig
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+SEG = 64 * 1024
+HOST = "127.0.0.1"
+CONF = AutoSwitchConfig(host=HOST, batch_size=4096, heartbeat_ms=200, housekeeping_ms=3000,
+                        max_time_slave_not_catchup_ms=3000, check_sync_state_set_period_ms=200,
+                        all_ack_in_sync_state_set=True, reconnect_min_ms=50, reconnect_max_ms=300,
+                        handshake_retry_ms=300)
+
+
+class Controller:
+    """Stands in for the controller: applies each proposal with the next SyncStateSet epoch unless paused."""
+
+    def __init__(self) -> None:
+        self.epoch = 1
+        self.paused = False
+        self.seen: list[set[int]] = []
+        self.services: dict[int, AutoSwitchHAService] = {}
+
+    def callback(self, broker_id: int) -> Callable[[set[int]], None]:
+        def on_change(proposed: set[int]) -> None:
+            self.seen.append(set(proposed))
+            if self.paused:
+                return
+            self.epoch += 1
+            epoch = self.epoch
+            asyncio.get_running_loop().call_soon(self.services[broker_id].set_sync_state_set, proposed, epoch)
+        return on_change
+
+
+async def open_node(root: Path, broker_id: int, ctl: Controller) -> tuple[MessageStore, AutoSwitchHAService]:
+    store = MessageStore(StoreConfig(str(root), mapped_file_size_commitlog=SEG, max_message_size=4096))
+    store.load()
+    await store.start()
+    svc = AutoSwitchHAService(store, CONF, broker_id, on_sync_state_set_change=ctl.callback(broker_id))
+    ctl.services[broker_id] = svc
+    await svc.start()
+    return store, svc
+
+
+async def close_node(store: MessageStore, svc: AutoSwitchHAService) -> None:
+    await svc.stop()
+    await store.shutdown()
+
+
+def put(store: MessageStore, n: int, tag: str) -> None:
+    for i in range(n):
+        r, _ = store.put_messages_nowait([MessageInner("AS", i % 4, (f"{tag}-{i}-" * 20).encode(), {"KEYS": tag})])
+        assert r.status is PutStatus.PUT_OK
+
+
+async def wait_until(cond: Callable[[], bool], what: str, timeout: float = 20) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        await asyncio.sleep(0.01)
+
+
+def same_bytes(a: MessageStore, b: MessageStore, end: int) -> bool:
+    pos = 0
+    while pos < end:
+        x = a.read_commitlog(pos, end - pos)
+        if not x or b.read_commitlog(pos, len(x)) != x:
+            return False
+        pos += len(x)
+    return True
+
+
+def addr(svc: AutoSwitchHAService) -> str:
+    return f"{HOST}:{svc.port}"
+
+
+def test_stream_confirm_min_and_sync_state_set(tmp_path: Path) -> None:
+    async def go() -> None:
+        ctl = Controller()
+        nodes = [await open_node(tmp_path / f"n{i}", i, ctl) for i in (1, 2, 3)]
+        (a, sa), (b, sb), (c, sc) = nodes
+        try:
+            await sa.change_to_master(1, {1}, 1)
+            await sb.change_to_slave(addr(sa), 1, 2)
+            await sc.change_to_slave(addr(sa), 1, 3)
+            put(a, 300, "x")  # spans several 64 KiB segments
+            await wait_until(lambda: b.max_phys_offset == c.max_phys_offset == a.max_phys_offset, "slaves caught up")
+            await wait_until(lambda: sa.master.sync_state_set == {1, 2, 3}, "SyncStateSet expanded")
+            await wait_until(lambda: sa.confirm_offset == a.max_phys_offset, "confirm = max with all acked")
+            assert same_bytes(a, b, a.max_phys_offset) and same_bytes(a, c, a.max_phys_offset)
+            assert b.epoch_entries == c.epoch_entries == a.epoch_entries == [(1, 0)]
+            await wait_until(lambda: sb.confirm_offset == a.max_phys_offset, "slave confirm from the master")
+            # member 3 loses its connection while the controller does not answer: confirm is held
+            ctl.paused = True
+            await sc.suspend()
+            await wait_until(lambda: sa.master.proposed == {1, 2}, "shrink proposed")
+            held = sa.confirm_offset
+            put(a, 40, "y")
+            await wait_until(lambda: b.max_phys_offset == a.max_phys_offset, "member 2 caught up")
+            assert sa.confirm_offset == held < a.max_phys_offset  # 3 is still in the (union) set
+            # the controller's answer removes 3: confirm = min over {1, 2} = max
+            ctl.epoch += 1
+            sa.set_sync_state_set({1, 2}, ctl.epoch)
+            assert sa.confirm_offset == a.max_phys_offset
+            # 3 rejoins and is added back once caught up
+            ctl.paused = False
+            await sc.change_to_slave(addr(sa), 1, 3)
+            await wait_until(lambda: sa.master.sync_state_set == {1, 2, 3}, "3 back in the set")
+            assert c.max_phys_offset == a.max_phys_offset and same_bytes(a, c, a.max_phys_offset)
+        finally:
+            for st, svc in nodes:
+                await close_node(st, svc)
+    asyncio.run(go())
+
+
+def test_failover_truncates_the_old_masters_divergent_tail(tmp_path: Path) -> None:
+    async def go() -> None:
+        ctl = Controller()
+        nodes = [await open_node(tmp_path / f"n{i}", i, ctl) for i in (1, 2, 3)]
+        (a, sa), (b, sb), (c, sc) = nodes
+        try:
+            await sa.change_to_master(1, {1, 2, 3}, 1)
+            await sb.change_to_slave(addr(sa), 1, 2)
+            await sc.change_to_slave(addr(sa), 1, 3)
+            put(a, 120, "one")
+            await wait_until(lambda: b.max_phys_offset == c.max_phys_offset == a.max_phys_offset, "replicated")
+            common = a.max_phys_offset
+            # partition: the slaves stop following, the old master keeps writing (never replicated)
+            await sb.suspend()
+            await sc.suspend()
+            put(a, 30, "lost")
+            assert a.max_phys_offset > common
+            # B is elected (epoch 2): it keeps its valid data and records (2, its max offset)
+            await sa.suspend()
+            await sb.change_to_master(2, {2, 3}, 2)
+            assert b.max_phys_offset == common and b.epoch_entries == [(1, 0), (2, common)]
+            await sc.change_to_slave(addr(sb), 2, 3)
+            put(b, 50, "two")
+            # the old master rejoins as a slave: truncated at the consistent point, then follows epoch 2
+            await sa.change_to_slave(addr(sb), 2, 1)
+            await wait_until(lambda: a.max_phys_offset == b.max_phys_offset == c.max_phys_offset, "A rejoined")
+            assert sa.client.slave.truncations == 1 and sc.client.slave.truncations == 0
+            assert a.epoch_entries == b.epoch_entries == c.epoch_entries == [(1, 0), (2, common)]
+            await wait_until(lambda: sb.confirm_offset == b.max_phys_offset, "confirm at the new master's max")
+            await wait_until(lambda: sa.confirm_offset == b.max_phys_offset, "A's confirm from the new master")
+            assert same_bytes(a, b, sb.confirm_offset) and same_bytes(c, b, sb.confirm_offset)
+            # the ConsumeQueue of the old master no longer holds the lost messages
+            total = sum(a.get_max_offset_in_queue("AS", q) for q in range(4))
+            assert total == 170
+            # a stale role change is refused
+            with pytest.raises(ValueError):
+                await sa.change_to_master(1, {1}, 9)
+        finally:
+            for st, svc in nodes:
+                await close_node(st, svc)
+    asyncio.run(go())
+
+
+def test_restart_keeps_epochs_and_rejoin_without_truncation(tmp_path: Path) -> None:
+    async def go() -> None:
+        ctl = Controller()
+        a, sa = await open_node(tmp_path / "a", 1, ctl)
+        b, sb = await open_node(tmp_path / "b", 2, ctl)
+        try:
+            await sa.change_to_master(3, {1}, 1)
+            await sb.change_to_slave(addr(sa), 3, 2)
+            put(a, 60, "r")
+            await wait_until(lambda: b.max_phys_offset == a.max_phys_offset, "replicated")
+            await close_node(b, sb)
+            b, sb = await open_node(tmp_path / "b", 2, ctl)
+            assert b.epoch_entries == [(3, 0)]
+            put(a, 10, "s")
+            await sb.change_to_slave(addr(sa), 3, 2)
+            await wait_until(lambda: b.max_phys_offset == a.max_phys_offset, "caught up after restart")
+            assert sb.client.slave.truncations == 0 and same_bytes(a, b, a.max_phys_offset)
+        finally:
+            await close_node(a, sa)
+            await close_node(b, sb)
+    asyncio.run(go())
