@@ -33,11 +33,12 @@ _NONZERO = re.compile(rb"[^\x00]")
 
 # Small files (written with Disk.write_small_atomic, a crc32 ">I" of everything before it appended)
 _HS = struct.Struct(">4sBQQH")    # magic, version, term, commit, vote length; then the vote (UTF-8)
-_SNAP = struct.Struct(">4sBQQQ")  # magic, version, index, term, data length; then the data
+_SNAP = struct.Struct(">4sBBQQQ")  # magic, version, kind, index, term, data length; then the data
 _META = struct.Struct(">4sBQ")    # magic, version, segment size
 _CRC = struct.Struct(">I")
 HS_MAGIC, SNAP_MAGIC, META_MAGIC = b"ORHS", b"ORSN", b"ORLM"
 FORMAT_VERSION = 1
+SNAP_COMPACTED, SNAP_INSTALLED = 0, 1  # snapshot file kind: taken by this node / installed from the leader
 
 HARD_STATE_FILE = "hardstate"
 SNAPSHOT_FILE = "snapshot"
@@ -82,18 +83,20 @@ def decode_hard_state(raw: bytes) -> HardState | None:
     return HardState(term, body[_HS.size :].decode("utf-8", "replace"), commit)
 
 
-def encode_snapshot(s: Snapshot) -> bytes:
-    return _with_crc(_SNAP.pack(SNAP_MAGIC, FORMAT_VERSION, s.index, s.term, len(s.data)) + s.data)
+def encode_snapshot(s: Snapshot, kind: int = SNAP_COMPACTED) -> bytes:
+    return _with_crc(_SNAP.pack(SNAP_MAGIC, FORMAT_VERSION, kind, s.index, s.term, len(s.data)) + s.data)
 
 
-def decode_snapshot(raw: bytes) -> Snapshot | None:
+def decode_snapshot(raw: bytes) -> tuple[Snapshot, int] | None:
+    """(snapshot, kind) of a snapshot file, None when torn or not one."""
     body = _crc_ok(raw)
     if body is None or len(body) < _SNAP.size:
         return None
-    magic, version, index, term, n = _SNAP.unpack_from(body)
-    if magic != SNAP_MAGIC or version != FORMAT_VERSION or len(body) != _SNAP.size + n:
+    magic, version, kind, index, term, n = _SNAP.unpack_from(body)
+    if (magic != SNAP_MAGIC or version != FORMAT_VERSION or kind not in (SNAP_COMPACTED, SNAP_INSTALLED)
+            or len(body) != _SNAP.size + n):
         return None
-    return Snapshot(index, term, bytes(body[_SNAP.size :]))
+    return Snapshot(index, term, bytes(body[_SNAP.size :])), kind
 
 
 @dataclass(slots=True)
@@ -120,6 +123,7 @@ class RaftStorage:
         self._file_lock: object | None = None
         self._hs = HardState()
         self._snap: Snapshot | None = None
+        self._snap_kind = SNAP_COMPACTED
         self._first = 1                  # index of self._terms[0]
         self._terms: list[int] = []      # term of every logical entry from _first (may start below the snapshot)
         self._seg_max: dict[int, int] = {}  # segment start offset -> highest index written into it
@@ -148,7 +152,8 @@ class RaftStorage:
                 self.disk.makedirs(self.directory)
                 self._file_lock = self.disk.lock(self._path(LOCK_FILE))
             hs = self._read_small(HARD_STATE_FILE, decode_hard_state) or HardState()
-            self._snap = self._read_small(SNAPSHOT_FILE, decode_snapshot)
+            snap_kind = self._read_small(SNAPSHOT_FILE, decode_snapshot)
+            self._snap, self._snap_kind = snap_kind if snap_kind else (None, SNAP_COMPACTED)
             entries = self._load_log()
             last_term = entries[-1].term if entries else (self._snap.term if self._snap else 0)
             if last_term > hs.term:
@@ -177,7 +182,7 @@ class RaftStorage:
                 self.fsyncs += 1
                 self._hs = ready.hard_state
             if ready.compact_snapshot is not None and ready.compact_snapshot.index > self.snapshot_index:
-                self._write_snapshot(ready.compact_snapshot)
+                self._write_snapshot(ready.compact_snapshot, SNAP_COMPACTED)
                 self._drop_prefix(ready.compact_snapshot.index)
 
     def close(self) -> None:
@@ -210,10 +215,10 @@ class RaftStorage:
             raise CorruptionError(path, 0, "file and its .bak both fail their crc")
         return None
 
-    def _write_snapshot(self, snap: Snapshot) -> None:
-        self.disk.write_small_atomic(self._path(SNAPSHOT_FILE), encode_snapshot(snap))
+    def _write_snapshot(self, snap: Snapshot, kind: int) -> None:
+        self.disk.write_small_atomic(self._path(SNAPSHOT_FILE), encode_snapshot(snap, kind))
         self.fsyncs += 1
-        self._snap = snap
+        self._snap, self._snap_kind = snap, kind
 
     def _write_meta(self) -> None:
         """Rewritten whenever segment files come or go: its atomic write fsyncs the log directory, which makes
@@ -297,23 +302,22 @@ class RaftStorage:
         return any(bytes(later.buf[:HEAD_SIZE]) != _ZERO_HEAD for later in segs[si + 1 :])
 
     def _follows_snapshot(self, snap: Snapshot) -> bool:
-        """The logical log continues the snapshot: empty, holds the snapshot's entry with its term, or starts
-        right after it (the prefix was compacted exactly at a segment boundary)."""
+        """The logical log continues the snapshot: empty, or starts right after it (a log reset by an installed
+        snapshot, or a prefix compacted exactly at a segment boundary), or -- for a snapshot this node took
+        itself -- holds the snapshot's entry with its term. Anything else is a log the crash left behind
+        between writing an installed snapshot and resetting the log."""
         if not self._terms:
             return True
-        if self._first <= snap.index < self._first + len(self._terms):
+        if self._snap_kind == SNAP_COMPACTED and self._first <= snap.index < self._first + len(self._terms):
             return self._terms[snap.index - self._first] == snap.term
         return self._first == snap.index + 1
 
     # ---- save ---------------------------------------------------------------------------------------
     def _install_snapshot(self, snap: Snapshot) -> None:
-        """A snapshot from the leader: written first (so a crash leaves it plus a log load() reconciles), then
-        the log keeps only what follows it, or is reset when it diverges."""
-        self._write_snapshot(snap)
-        if self._follows_snapshot(snap) and self._terms:
-            self._drop_prefix(snap.index)
-        else:
-            self._reset_log(snap)
+        """A snapshot from the leader replaces the whole log. Written first, so that a crash leaves the
+        snapshot plus the old log (load() drops that log), never an empty log without the snapshot."""
+        self._write_snapshot(snap, SNAP_INSTALLED)
+        self._reset_log(snap)
 
     def _reset_log(self, snap: Snapshot) -> None:
         assert self._log is not None

@@ -101,7 +101,7 @@ def next_ready(rng: random.Random, m: Model) -> tuple[Ready, Model]:
         s_term = t_at if t_at is not None and rng.random() < 0.5 else term + 1
         term, vote = max(term, s_term), ""
         snap = r.snapshot = Snapshot(idx, s_term, b"installed@%d" % idx)
-        log = [e for e in log if e.index > idx] if t_at == s_term else []
+        log = []  # the leader's snapshot replaces the whole stored log
         commit = max(commit, idx)
     else:
         if rng.random() < 0.25:

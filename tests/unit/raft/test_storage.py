@@ -74,11 +74,11 @@ def test_segments_roll_and_compaction_deletes_whole_leading_segments() -> None:
     assert entries == ents(41, 62, 1, size=300) and hs.commit == 59
 
 
-def test_installed_snapshot_resets_a_divergent_log_and_keeps_a_matching_suffix() -> None:
+def test_installed_snapshot_replaces_the_log() -> None:
     disk, st = fresh()
     st.save(Ready(hard_state=HardState(2, "", 0), entries=ents(1, 10, 2)))
-    st.save(Ready(snapshot=Snapshot(6, 2, b"s6")))  # matches entry 6 (term 2): 7..10 stay
-    assert reopen(disk)[2][1:] == (Snapshot(6, 2, b"s6"), ents(7, 10, 2))
+    st.save(Ready(snapshot=Snapshot(6, 2, b"s6")))  # the leader's snapshot replaces the whole log
+    assert reopen(disk)[2][1:] == (Snapshot(6, 2, b"s6"), [])
     disk, st = reopen(disk)[:2]
     st.save(Ready(snapshot=Snapshot(20, 3, b"s20"), hard_state=HardState(3, "", 20)))  # beyond the log
     st.save(Ready(entries=ents(21, 22, 3)))
@@ -89,17 +89,17 @@ def test_installed_snapshot_resets_a_divergent_log_and_keeps_a_matching_suffix()
 def test_stale_log_behind_a_snapshot_is_dropped_at_load() -> None:
     disk, st = fresh()
     st.save(Ready(hard_state=HardState(2, "", 0), entries=ents(1, 10, 2)))
-    # the snapshot file of a divergent history landed, the crash came before the log reset
-    disk.write_small_atomic(D + "/snapshot", _snapshot_bytes(Snapshot(8, 5, b"other")))
+    # an installed snapshot landed, the crash came before the log reset: even a matching entry 8 must go
+    disk.write_small_atomic(D + "/snapshot", _snapshot_bytes(Snapshot(8, 2, b"other")))
     disk, st, (hs, snap, entries) = reopen(disk)
-    assert snap == Snapshot(8, 5, b"other") and entries == [] and hs == HardState(5, "", 0)
+    assert snap == Snapshot(8, 2, b"other") and entries == [] and hs == HardState(2, "", 0)
     st.save(Ready(entries=ents(9, 9, 5), hard_state=HardState(5, "", 8)))
     assert reopen(disk)[2][2] == ents(9, 9, 5)
 
 
 def _snapshot_bytes(s: Snapshot) -> bytes:
-    from orbitmq.raft.storage import encode_snapshot
-    return encode_snapshot(s)
+    from orbitmq.raft.storage import SNAP_INSTALLED, encode_snapshot
+    return encode_snapshot(s, SNAP_INSTALLED)
 
 
 def test_torn_tail_is_truncated_and_the_log_continues() -> None:
