@@ -167,6 +167,7 @@ class RequestCode(IntEnum):
     # OrbitMQ private, unused by RocketMQ: name server -> our SDK, oneway, ext {topic}: "refetch this route".
     # Sent only to connections that asked GET_ROUTEINFO_BY_TOPIC with ext orbitWatch=true.
     ORBIT_NOTIFY_ROUTE_CHANGED = 9901
+    ORBIT_RAFT_MESSAGE = 9902  # OrbitMQ private: Raft peer -> peer, oneway, ext {group, from}, body = raft codec batch
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051
     PEEK_MESSAGE = 200052
