@@ -24,6 +24,7 @@ from orbitmq.model.properties import Prop
 from orbitmq.model.record import decode_record
 from orbitmq.model.tags import tag_code
 from orbitmq.store.checkpoint import CheckpointFile, EpochFile
+from orbitmq.store.checkpoint_writer import CheckpointWriter
 from orbitmq.store.commitlog import CommitLog
 from orbitmq.store.config import StoreConfig
 from orbitmq.store.consume_queue import ConsumeQueueTable
@@ -104,6 +105,7 @@ class MessageStore:
         self._disk_usage = disk_usage or (lambda: self.disk.usage_ratio(cl_dir))
         self.commitlog = CommitLog(root, self.config, self.disk, clock)
         self.checkpoint = CheckpointFile(root, self.disk)
+        self.checkpoint_writer = CheckpointWriter(self.checkpoint)  # snapshots land in the order taken
         self.epochs = EpochFile(root, self.disk)
         self.cq_table = ConsumeQueueTable(
             os.path.join(root, CONSUMEQUEUE_DIR), self.config.mapped_file_size_consume_queue, self.disk
@@ -292,13 +294,18 @@ class MessageStore:
         """_flush_derived_and_checkpoint with the fdatasyncs in a worker thread: one per ConsumeQueue file and
         index file, each ms-long under a SYNC_FLUSH load, blocked the event loop for tens of ms every second.
         The ranges and the timestamps they cover are taken on the loop; the flushed marks and the checkpoint
-        are set on the loop after the sync (a file closed meanwhile is skipped by its backing)."""
+        state are set on the loop after the sync (a file closed meanwhile is skipped by its backing), and the
+        checkpoint snapshot taken then is written by a worker thread too (CheckpointWriter drops it if a newer
+        one, from truncate_dirty or shutdown, is written first)."""
         ranges, commit = self._plan_derived_flush()
+        loop = asyncio.get_running_loop()
         if ranges:
-            await asyncio.get_running_loop().run_in_executor(None, flush_ranges, ranges)
+            await loop.run_in_executor(None, flush_ranges, ranges)
         if self._shutdown:
             return  # shutdown() runs the synchronous flush and writes the final checkpoint itself
-        commit()
+        commit()  # marks and checkpoint state on the loop, after the sync: the snapshot claims only synced data
+        seq, data = self._checkpoint_snapshot()
+        await loop.run_in_executor(None, self.checkpoint_writer.write, seq, data)  # 3 fsyncs, off the loop
 
     async def _run_retention_loop(self) -> None:
         while True:
@@ -310,10 +317,12 @@ class MessageStore:
         ranges, commit = self._plan_derived_flush()
         flush_ranges(ranges)
         commit()
+        self._save_checkpoint()
 
     def _plan_derived_flush(self) -> tuple[list[Any], Callable[[], None]]:
         """The ConsumeQueue and index ranges to sync, and what to do once they are synced: mark them flushed and
-        save the checkpoint with the timestamps taken now (it claims only what the ranges cover)."""
+        set the checkpoint's timestamps to the ones taken now (they claim only what the ranges cover); the caller
+        then saves the checkpoint."""
         logics_ts = self.cq_table.last_dispatch_timestamp
         cq_ranges, cq_done = self.cq_table.flush_plan()
         idx_ranges: list[Any] = []
@@ -327,11 +336,11 @@ class MessageStore:
                 cq.flushed_to(hi)
             for f, hi in idx_done:
                 f.flushed_to(hi)
-            self._save_derived_checkpoint(logics_ts, index_ts)
+            self._set_derived_checkpoint(logics_ts, index_ts)
 
         return cq_ranges + idx_ranges, commit
 
-    def _save_derived_checkpoint(self, logics_ts: int, index_ts: int) -> None:
+    def _set_derived_checkpoint(self, logics_ts: int, index_ts: int) -> None:
         if not index_ts:
             index_ts = logics_ts  # no index file yet: nothing indexed can be lost before the logics time
         st = self.checkpoint.state
@@ -339,16 +348,20 @@ class MessageStore:
             st.logics_msg_timestamp = logics_ts
         if index_ts:
             st.index_msg_timestamp = index_ts
-        self._save_checkpoint()
 
-    def _save_checkpoint(self) -> None:
+    def _checkpoint_snapshot(self) -> tuple[int, bytes]:
+        """Fill the checkpoint with the CommitLog's flushed (durable) position and confirm offset -> snapshot."""
         st = self.checkpoint.state
         if self.flusher is not None:
             st.master_flushed_offset = self.flusher.flushed_offset
             if self.flusher.flushed_store_timestamp:
                 st.physic_msg_timestamp = self.flusher.flushed_store_timestamp
         st.confirm_phy_offset = self._confirm_offset
-        self.checkpoint.save()
+        return self.checkpoint_writer.snapshot()
+
+    def _save_checkpoint(self) -> None:
+        """Write the checkpoint now, on the calling thread (load, shutdown, truncate_dirty, SimDisk flushes)."""
+        self.checkpoint_writer.write(*self._checkpoint_snapshot())
 
     async def shutdown(self) -> None:
         """Flush everything, write the checkpoint, delete the abort file, release the lock."""
