@@ -1,0 +1,221 @@
+"""ControllerConfig (frozen) and the controller.conf reader (RocketMQ key names, Java properties syntax).
+
+One port per controller: the Raft peer address of this node (`controllerDLegerPeers` entry of
+`controllerDLegerSelfId`) is also where brokers and admin tools talk to it; `listenPort`, when given, must equal
+that port. Reads files only in load_controller_conf; never opens sockets.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from orbitmq.base.errors import ConfigError
+
+
+def _default_store_path() -> str:
+    return str(Path.home() / "DLedgerController")
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    controller_dleger_group: str = ""
+    controller_dleger_peers: str = ""   # "n0-127.0.0.1:9878;n1-127.0.0.1:9868"
+    controller_dleger_self_id: str = ""
+    listen_port: int = 0                # 0 = the port of this node's peer address
+    listen_host: str = "0.0.0.0"
+    controller_store_path: str = field(default_factory=_default_store_path)
+    scan_not_active_broker_interval_ms: int = 5000
+    scan_inactive_master_interval_ms: int = 5000
+    enable_elect_unclean_master: bool = False
+    notify_broker_role_changed: bool = True
+    elect_master_max_retry_count: int = 3
+    config_black_list: str = "configBlackList;configStorePath"
+    is_process_read_event: bool = False  # accepted for compatibility: reads always use a read barrier here
+    # OrbitMQ-only Raft timing (one tick = raft_tick_ms; election timeout in [ticks, 2*ticks) ticks)
+    raft_tick_ms: int = 100
+    raft_election_ticks: int = 10
+
+    @property
+    def peers(self) -> dict[str, str]:
+        """id -> "host:port", in the order given."""
+        return parse_peers(self.controller_dleger_peers)
+
+    @property
+    def self_addr(self) -> str:
+        return self.peers[self.controller_dleger_self_id]
+
+    @property
+    def port(self) -> int:
+        return int(self.self_addr.rpartition(":")[2])
+
+    def validate(self) -> None:
+        if not self.controller_dleger_group:
+            raise ConfigError("controller: controllerDLegerGroup is required")
+        if not self.controller_dleger_peers:
+            raise ConfigError("controller: controllerDLegerPeers is required (e.g. n0-127.0.0.1:9878;n1-...)")
+        peers = self.peers
+        if self.controller_dleger_self_id not in peers:
+            raise ConfigError(f"controller: controllerDLegerSelfId {self.controller_dleger_self_id!r} is not one "
+                              f"of the peers {list(peers)}")
+        if self.listen_port and self.listen_port != self.port:
+            raise ConfigError(f"controller: listenPort {self.listen_port} differs from this node's peer port "
+                              f"{self.port} (one port serves both Raft peers and brokers)")
+        for name in ("scan_not_active_broker_interval_ms", "scan_inactive_master_interval_ms", "raft_tick_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"controller: {_KEY_OF[name]} must be > 0")
+        if self.elect_master_max_retry_count < 1:
+            raise ConfigError("controller: electMasterMaxRetryCount must be >= 1")
+        if self.raft_election_ticks < 4:
+            raise ConfigError("controller: raftElectionTicks must be >= 4")
+        if not self.controller_store_path:
+            raise ConfigError("controller: controllerStorePath must not be empty")
+
+    def black_list(self) -> frozenset[str]:
+        return frozenset(k.strip() for k in self.config_black_list.split(";") if k.strip()) | _ALWAYS_BLACK
+
+    def to_properties(self) -> str:
+        """GET_CONTROLLER_CONFIG body: every key as `key=value` lines."""
+        lines = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            text = ("true" if v else "false") if isinstance(v, bool) else str(v)
+            lines.append(f"{_KEY_OF[f.name]}={text}\n")
+        return "".join(lines)
+
+
+def parse_peers(text: str) -> dict[str, str]:
+    """"n0-127.0.0.1:9878;n1-127.0.0.1:9868" -> {"n0": "127.0.0.1:9878", ...}; ConfigError when malformed."""
+    out: dict[str, str] = {}
+    for part in text.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        pid, sep, addr = part.partition("-")
+        host, colon, port = addr.rpartition(":")
+        if not sep or not pid or not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"controller: bad controllerDLegerPeers entry {part!r} (expected id-host:port)")
+        if pid in out:
+            raise ConfigError(f"controller: duplicate peer id {pid!r} in controllerDLegerPeers")
+        out[pid] = f"{host}:{port}"
+    return out
+
+
+CONF_KEYS: dict[str, str] = {
+    "controllerDLegerGroup": "controller_dleger_group",
+    "controllerDLegerPeers": "controller_dleger_peers",
+    "controllerDLegerSelfId": "controller_dleger_self_id",
+    "listenPort": "listen_port",
+    "listenHost": "listen_host",
+    "bindAddress": "listen_host",
+    "controllerStorePath": "controller_store_path",
+    "scanNotActiveBrokerInterval": "scan_not_active_broker_interval_ms",
+    "scanInactiveMasterInterval": "scan_inactive_master_interval_ms",
+    "enableElectUncleanMaster": "enable_elect_unclean_master",
+    "notifyBrokerRoleChanged": "notify_broker_role_changed",
+    "electMasterMaxRetryCount": "elect_master_max_retry_count",
+    "configBlackList": "config_black_list",
+    "isProcessReadEvent": "is_process_read_event",
+    "raftTickMs": "raft_tick_ms",
+    "raftElectionTicks": "raft_election_ticks",
+}
+_KEY_OF: dict[str, str] = {}
+for _k, _f in CONF_KEYS.items():
+    _KEY_OF.setdefault(_f, _k)
+
+# what UPDATE_CONTROLLER_CONFIG can never change, whatever configBlackList says: the Raft group and the socket
+_ALWAYS_BLACK = frozenset({"configBlackList", "configStorePath", "rocketmqHome", "controllerDLegerGroup",
+                           "controllerDLegerPeers", "controllerDLegerSelfId", "controllerStorePath", "listenPort",
+                           "listenHost", "bindAddress", "raftTickMs", "raftElectionTicks"})
+
+# RocketMQ keys accepted without effect (thread pools, DLedger file sizes, jRaft, metrics, namesrv embedding)
+IGNORED_KEYS = frozenset({
+    "controllerType", "controllerThreadPoolNums", "controllerRequestThreadPoolQueueCapacity", "mappedFileSize",
+    "configStorePath", "rocketmqHome", "enableControllerInNamesrv", "metricsExporterType", "metricsGrpcExporterTarget",
+    "metricsGrpcExporterHeader", "metricGrpcExporterTimeOutInMills", "metricGrpcExporterIntervalInMills",
+    "metricLoggingExporterIntervalInMills", "metricsPromExporterPort", "metricsPromExporterHost",
+    "metricsLabel", "metricsInDelta", "jRaftElectionTimeoutMs", "jRaftScanWaitTimeoutMs",
+    "jRaftSnapshotIntervalSecs", "jRaftGroupId", "jRaftServerId", "jRaftInitConf", "jRaftControllerRPCAddr",
+    "serverWorkerThreads", "serverCallbackExecutorThreads", "serverSelectorThreads", "serverOnewaySemaphoreValue",
+    "serverAsyncSemaphoreValue", "serverChannelMaxIdleTimeSeconds", "serverSocketSndBufSize",
+    "serverSocketRcvBufSize", "serverPooledByteBufAllocatorEnable", "useEpollNativeSelector",
+})
+
+_FIELD_TYPES: dict[str, Any] = {f.name: f.type for f in fields(ControllerConfig)}
+
+
+def _coerce(source: str, key: str, value: str, type_name: Any) -> Any:
+    t = type_name if isinstance(type_name, str) else getattr(type_name, "__name__", str(type_name))
+    if t == "int":
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"{source}: {key}: {value!r} is not an integer") from None
+    if t == "bool":
+        low = value.lower()
+        if low in ("true", "false"):
+            return low == "true"
+        raise ConfigError(f"{source}: {key}: {value!r} is not a boolean (true/false)")
+    return value
+
+
+def controller_config_from_properties(
+    props: list[tuple[int, str, str]], source: str = "controller.conf", base: ControllerConfig | None = None,
+    *, foreign_keys: frozenset[str] = frozenset(), validate: bool = True,
+) -> tuple[ControllerConfig, list[str]]:
+    """(line, key, value) triples -> (config, warnings). Unknown keys are warned about unless in `foreign_keys`
+    (the name server's own keys when the controller is embedded). Bad values -> ConfigError."""
+    values: dict[str, Any] = {}
+    warnings: list[str] = []
+    for lineno, key, value in props:
+        name = CONF_KEYS.get(key)
+        if name is None:
+            if key not in IGNORED_KEYS and key not in foreign_keys:
+                warnings.append(f"{source}:{lineno}: unknown key {key!r} ignored")
+            continue
+        coerced = _coerce(source, key, value, _FIELD_TYPES[name])
+        if name == "controller_store_path":
+            coerced = os.path.expanduser(coerced)
+        values[name] = coerced
+    config = replace(base or ControllerConfig(), **values)
+    if validate:
+        config.validate()
+    return config, warnings
+
+
+def parse_properties(text: str) -> list[tuple[int, str, str]]:
+    """Java .properties text -> (line number, key, value): '#'/'!' comments, '=' ':' or whitespace separators,
+    trailing-backslash continuations."""
+    out: list[tuple[int, str, str]] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        lineno, line = i + 1, lines[i].strip()
+        i += 1
+        while line.endswith("\\") and i < len(lines):
+            line = line[:-1] + lines[i].strip()
+            i += 1
+        if not line or line[0] in "#!":
+            continue
+        sep = next((j for j, ch in enumerate(line) if ch in "=:" or ch.isspace()), len(line))
+        rest = line[sep:].lstrip()
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:]
+        out.append((lineno, line[:sep].strip(), rest.strip()))
+    return out
+
+
+def load_controller_conf(path: str | os.PathLike[str]) -> tuple[ControllerConfig, list[str]]:
+    """Read controller.conf; (config, warnings for unknown keys). Unreadable file or bad values -> ConfigError."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read controller config {p}: {e.strerror or e}") from None
+    return controller_config_from_properties(parse_properties(text), source=p.name)
+
+
+def key_of(field_name: str) -> str:
+    return _KEY_OF[field_name]
