@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from orbitmq.base.errors import ConfigError
 from orbitmq.broker.metadata.data_version import DataVersion
 from orbitmq.broker.metadata.name_filter import drop_illegal
 from orbitmq.broker.metadata.versioned import VersionedTable
 from orbitmq.model.enums import Perm
 from orbitmq.model.names import TOPIC_MAX_LENGTH as TOPIC_MAX_LENGTH
-from orbitmq.model.names import topic_error
+from orbitmq.model.names import server_name_error, topic_error
 from orbitmq.model.topic import TopicConfig
 
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
@@ -90,6 +91,12 @@ class TopicConfigManager(VersionedTable[TopicConfig]):
     # ---- built-ins -------------------------------------------------------------------------------------
     def _add_builtin_topics(self) -> None:
         cfg = self._config
+        # the broker and cluster names become topics (and so directories): a name outside the safe set is a
+        # configuration error, refused before anything is built from it
+        err = (server_name_error(cfg.broker_name, "brokerName")
+               or server_name_error(cfg.broker_cluster_name, "brokerClusterName"))
+        if err is not None:
+            raise ConfigError(err)
         rw = Perm.READ | Perm.WRITE
         builtin: list[TopicConfig] = [TopicConfig(SELF_TEST_TOPIC, 1, 1, rw)]
         if cfg.auto_create_topic_enable:

@@ -334,3 +334,59 @@ def test_config_files_skip_entries_with_illegal_names(tmp_path: Any, caplog: pyt
     assert groups.get("GoodG") is not None and groups.get("bad\x00g") is None
     assert offs.table() == {"Good@GoodG": {0: 3}}
     assert "../evil" in caplog.text and "skipped" in caplog.text
+
+
+@pytest.mark.parametrize(("key", "value"), [("broker_name", "broker.a"), ("broker_name", "../b"),
+                                            ("broker_cluster_name", "C\n"), ("broker_cluster_name", "c" * 101)])
+def test_broker_and_cluster_names_outside_the_safe_set_stop_start_up(tmp_path: Any, key: str, value: str) -> None:
+    import dataclasses
+
+    from orbitmq.base.errors import ConfigError
+
+    cfg = dataclasses.replace(BrokerConfig(listen_port=10911, broker_ip1="127.0.0.1"), **{key: value})
+    with pytest.raises(ConfigError, match="illegal characters|longer than"):
+        TopicConfigManager(str(tmp_path / "config"), cfg)
+    assert not (tmp_path / "config").exists()
+
+
+# ---- name server registration --------------------------------------------------------------------------------
+def _register(name: str, cluster: str, topics: tuple[str, ...] = ("T1",)) -> RemotingCommand:
+    from orbitmq.model.topic import TopicConfig
+    from orbitmq.protocol.bodies import DataVersion, RegisterBrokerBody, TopicConfigSerializeWrapper
+
+    wrapper = TopicConfigSerializeWrapper({t: TopicConfig(t, 4, 4) for t in topics}, DataVersion(timestamp=1, counter=1))
+    ext = {"brokerName": name, "brokerAddr": "127.0.0.1:10911", "clusterName": cluster, "brokerId": "0",
+           "haServerAddr": "127.0.0.1:10912"}
+    cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, RegisterBrokerBody(wrapper, []).encode())
+    cmd.version = 409
+    return cmd
+
+
+def _namesrv() -> Any:
+    from orbitmq.namesrv.config import NamesrvConfig
+    from orbitmq.namesrv.handlers import NamesrvHandlers
+    from orbitmq.namesrv.kv_config import KvConfig
+    from orbitmq.namesrv.route_table import RouteTable
+
+    config = NamesrvConfig(kv_config_path="/nonexistent/kv.json")
+    return NamesrvHandlers(RouteTable(config.broker_channel_expired_time_ms), KvConfig(None), config)
+
+
+@pytest.mark.parametrize(("name", "cluster"), [("broker.a", "C"), ("../b", "C"), ("b", "C\n"), ("b", ""),
+                                               ("b" * 101, "C"), ("b", "C%1")])
+def test_namesrv_refuses_registration_with_illegal_names(name: str, cluster: str) -> None:
+    h = _namesrv()
+    resp = h(FakeConn(), _register(name, cluster))
+    assert_refused(resp)
+    route = h(FakeConn(), RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}))
+    assert route.code == ResponseCode.TOPIC_NOT_EXIST  # nothing was registered
+
+
+def test_namesrv_routes_only_the_legal_topics_of_a_registration() -> None:
+    h = _namesrv()
+    assert h(FakeConn(), _register("broker-a", "C", ("T1", "../evil", "T\n"))).code == ResponseCode.SUCCESS
+    ok = h(FakeConn(), RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}))
+    assert ok.code == ResponseCode.SUCCESS
+    for bad in ("../evil", "T\n"):
+        r = h(FakeConn(), RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": bad}))
+        assert r.code == ResponseCode.TOPIC_NOT_EXIST
