@@ -19,11 +19,12 @@ from orbitmq.cli.bench import bench_group
 from orbitmq.cli.broker import broker_command
 from orbitmq.cli.clientcmds import consume_command, produce_command
 from orbitmq.cli.cluster import cluster_group
+from orbitmq.cli.controller import controller_command
 from orbitmq.cli.logging_setup import setup_logging
 from orbitmq.cli.namesrv import namesrv_command
 from orbitmq.cli.standalone import standalone_command
 
-SERVER_COMMANDS = frozenset({"namesrv", "broker", "standalone"})
+SERVER_COMMANDS = frozenset({"namesrv", "broker", "standalone", "controller"})
 log = logging.getLogger("orbitmq.cli")
 
 
@@ -68,7 +69,7 @@ def main(ctx: click.Context, log_level: str | None, log_file: str | None, debug:
 
 
 for _cmd in (namesrv_command, broker_command, standalone_command, produce_command, consume_command, bench_group,
-             cluster_group, *ADMIN_COMMANDS):
+             cluster_group, controller_command, *ADMIN_COMMANDS):
     main.add_command(_cmd)
 
 

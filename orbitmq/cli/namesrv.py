@@ -12,6 +12,12 @@ from orbitmq import __version__
 from orbitmq.base.errors import ConfigError
 from orbitmq.cli import EXIT_STARTUP, CliError, one_line, run_async, serve, startup_error
 from orbitmq.cli.broker import print_warnings
+from orbitmq.cli.controller import (
+    attach_controller,
+    controller_banner_line,
+    embedded_controller_config,
+    make_controller,
+)
 
 
 def load_namesrv_settings(config_path: str | None, *, port: int | None = None,
@@ -62,15 +68,22 @@ def namesrv_command(config_path: str | None, port: int | None, kv_config_path: s
     """Run a name server until SIGTERM / Ctrl-C."""
     cfg, warnings = load_namesrv_settings(config_path, port=port, kv_config_path=kv_config_path)
     print_warnings(warnings)
-    run_async(_run(cfg))
+    embedded = embedded_controller_config(config_path)  # enableControllerInNamesrv=true
+    run_async(_run(cfg, embedded[0] if embedded is not None else None))
 
 
-async def _run(cfg: Any) -> None:
+async def _run(cfg: Any, controller_cfg: Any = None) -> None:
     server = make_name_server(cfg)
+    services: list[tuple[str, Any]] = [("name server", server)]
+    if controller_cfg is not None:
+        controller = make_controller(controller_cfg)
+        attach_controller(server, controller)
+        services.append(("controller", controller))
 
     def ready() -> None:
         actual = int(getattr(server, "port", 0) or cfg.listen_port)
         click.echo(f"OrbitMQ {__version__} name server (pid {os.getpid()})\n{namesrv_banner_line(cfg, actual)}\n"
-                   "Ready. SIGTERM or Ctrl-C to stop.")
+                   + (f"{controller_banner_line(controller_cfg)}\n" if controller_cfg is not None else "")
+                   + "Ready. SIGTERM or Ctrl-C to stop.")
 
-    await serve([("name server", server)], ready)
+    await serve(services, ready)

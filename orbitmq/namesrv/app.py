@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from orbitmq.base.clock import REAL_CLOCK, Clock
 from orbitmq.namesrv.config import NamesrvConfig
@@ -33,6 +34,11 @@ class NameServer:
             idle_timeout_s=config.server_channel_max_idle_time_seconds,
         )
         self._started = False
+        self._close_listeners: list[Callable[[Connection], None]] = []
+
+    def add_close_listener(self, cb: Callable[[Connection], None]) -> None:
+        """Embedding hook: `cb` also learns of every closed connection (e.g. a controller in this process)."""
+        self._close_listeners.append(cb)
 
     @property
     def port(self) -> int:
@@ -46,6 +52,8 @@ class NameServer:
     def _on_connection_closed(self, conn: Connection) -> None:
         self.handlers.forget_connection(conn)
         self.liveness.on_channel_closed(conn)
+        for cb in self._close_listeners:
+            cb(conn)
 
     async def start(self) -> None:
         """Load the KV table (ConfigError if corrupt), listen (ConfigError if the port is taken), scan."""

@@ -78,6 +78,11 @@ _IGNORED_KEYS = frozenset(
         "clientRequestThreadPoolQueueCapacity", "unRegisterBrokerQueueCapacity",
         "notifyMinBrokerIdChanged", "enableControllerInNamesrv", "needWaitForService", "waitSecondsForService",
         "configBlackList", "returnOrderTopicConfigToBroker",
+        # controller keys (enableControllerInNamesrv=true: `orbitmq namesrv` reads them for its controller)
+        "controllerDLegerGroup", "controllerDLegerPeers", "controllerDLegerSelfId", "controllerStorePath",
+        "scanInactiveMasterInterval", "enableElectUncleanMaster", "notifyBrokerRoleChanged",
+        "electMasterMaxRetryCount", "isProcessReadEvent", "controllerType", "controllerThreadPoolNums",
+        "controllerRequestThreadPoolQueueCapacity", "mappedFileSize", "raftTickMs", "raftElectionTicks",
     }
 )
 

@@ -94,6 +94,8 @@ class NamesrvHandlers:
         self.config = config
         self.clock = clock
         self.watchers = RouteWatchers(self.route_data)
+        self._fallback: Callable[[object, RemotingCommand], object] | None = None
+        self._shared_codes: frozenset[int] = frozenset()
         C = RequestCode
         self._routes: dict[int, Handler] = {
             C.REGISTER_BROKER: self.register_broker,
@@ -121,8 +123,21 @@ class NamesrvHandlers:
         }
 
     # ---- entry points --------------------------------------------------------------------------------
+    def set_fallback(self, handler: Callable[[object, RemotingCommand], object],
+                     shared: frozenset[int] = frozenset()) -> None:
+        """Embedding hook (wired by the CLI, e.g. a controller in this process): requests with codes this name
+        server does not handle go to `handler`, which answers them; codes in `shared` that it does handle are also
+        passed to `handler` after the name server answered (the handler's result is ignored: oneway use only)."""
+        self._fallback = handler
+        self._shared_codes = shared
+
     def __call__(self, conn: object, cmd: RemotingCommand) -> RemotingCommand | None:
         handler = self._routes.get(cmd.code)
+        if self._fallback is not None:
+            if handler is None:
+                return self._fallback(conn, cmd)  # type: ignore[return-value]
+            if cmd.code in self._shared_codes:
+                self._fallback(conn, cmd)
         if handler is None:
             resp = cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                 f" request type {cmd.code} not supported")
