@@ -1,5 +1,5 @@
-"""Name rules: the one place that decides whether a topic, group, broker or cluster name (or any name that becomes
-a path component) is legal. Pure functions returning an error text (None = legal); no I/O, no logging.
+"""Name rules: the one place that decides whether a topic, group, broker or cluster name (or a topic that becomes a
+ConsumeQueue directory) is legal. Pure functions returning an error text (None = legal); no I/O, no logging.
 
 Rules are FULL matches (re.fullmatch): a trailing newline, NUL, '/', '.' or any non-ASCII character is refused.
 Callers turn an error text into a response (SYSTEM_ERROR + remark) or a skipped record; see docs/design/names.md.
@@ -91,17 +91,6 @@ def store_topic_error(topic: object) -> str | None:
         return f"topic[{_shown(str(topic))}] is not a legal directory name ({_PATTERN_TEXT})"
     if len(topic) > PATH_NAME_MAX:
         return f"topic of {len(topic)} characters is longer than a file name may be ({PATH_NAME_MAX})"
-    return None
-
-
-def path_component_error(name: object) -> str | None:
-    """Any name used as one path component: non-empty, <= 255 UTF-8 bytes, not '.'/'..', no '/', '\\' or NUL."""
-    if not isinstance(name, str) or not name:
-        return "the name is blank"
-    if name in (".", "..") or any(c in name for c in "/\\\x00"):
-        return f"the name[{_shown(name)}] is not a single path component"
-    if len(name.encode("utf-8", "surrogatepass")) > PATH_NAME_MAX:
-        return f"the name is longer than {PATH_NAME_MAX} bytes"
     return None
 
 

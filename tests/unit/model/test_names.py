@@ -19,7 +19,6 @@ from orbitmq.model.names import (
     consumer_group_error,
     group_error,
     is_legal_queue_id,
-    path_component_error,
     send_topic_error,
     server_name_error,
     store_topic_error,
@@ -40,7 +39,6 @@ def test_legal_names_pass_every_name_rule(name: str) -> None:
     assert topic_error(name) is None
     assert group_error(name) is None
     assert store_topic_error(name) is None
-    assert path_component_error(name) is None
 
 
 @given(legal_names, st.sampled_from(["\n", "\r\n", "\x00", "/", "../", ".", " ", "\u00e9", "@", "\t"]))
@@ -120,13 +118,6 @@ def test_server_names() -> None:
     for bad in ["", "a%b", "a|b", "a.b", "../b", "b\x00", "b\n"]:
         assert server_name_error(bad, "clusterName") is not None
     assert "clusterName" in (server_name_error("", "clusterName") or "")
-
-
-def test_path_components() -> None:
-    assert path_component_error("topics.json") is None
-    for bad in ["", ".", "..", "a/b", "a\\b", "a\x00", "x" * (PATH_NAME_MAX + 1)]:
-        assert path_component_error(bad) is not None
-    assert path_component_error("\u00e9" * 128) is not None  # 256 UTF-8 bytes
 
 
 def test_queue_ids() -> None:
