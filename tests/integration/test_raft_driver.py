@@ -1,0 +1,237 @@
+"""Three RaftDrivers in one process on 127.0.0.1, each behind a real RemotingServer that routes
+ORBIT_RAFT_MESSAGE to its RaftTransport, with RaftStorage on real files and a small KV state machine:
+election, replication, follower refusal with a leader hint, ReadIndex, leader failover, catch-up after a
+restart (from the log, and through a snapshot install), and a storage failure stopping the node."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.raft import (
+    NotLeaderError,
+    RaftConfig,
+    RaftDriver,
+    RaftStoppedError,
+    RaftStorage,
+    RaftTransport,
+    Ready,
+    Role,
+)
+from orbitmq.remoting import Connection, RemotingServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+GROUP = "ctl-group"
+IDS = ("n0", "n1", "n2")
+TICK_MS = 50
+
+
+class KV:
+    """apply(b"k=v") sets k and returns "ok:k"; no-op entries (b"") return None."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, str] = {}
+        self.restores = 0
+
+    def apply(self, index: int, data: bytes) -> object:
+        if not data:
+            return None
+        k, _, v = data.decode().partition("=")
+        self.data[k] = v
+        return f"ok:{k}"
+
+    def snapshot(self) -> bytes:
+        return json.dumps(self.data, sort_keys=True).encode()
+
+    def restore(self, data: bytes) -> None:
+        self.data = json.loads(data)
+        self.restores += 1
+
+
+class Member:
+    """One controller-like process: a listening RemotingServer, and a RaftDriver when started."""
+
+    def __init__(self, node_id: str, root: Path, snapshot_every: int) -> None:
+        self.node_id = node_id
+        self.dir = str(root / node_id)
+        self.snapshot_every = snapshot_every
+        self.server = RemotingServer(self._handle, "127.0.0.1", 0, name=f"srv-{node_id}")
+        self.transport: RaftTransport | None = None
+        self.driver: RaftDriver | None = None
+        self.kv = KV()
+        self.roles: list[tuple[Role, int, str]] = []
+
+    def _handle(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        if cmd.code == RequestCode.ORBIT_RAFT_MESSAGE and self.transport is not None:
+            return self.transport.handle(conn, cmd)
+        return None if cmd.is_oneway else cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "no raft")
+
+    async def start(self, addrs: dict[str, str], storage: RaftStorage | None = None) -> None:
+        if self.server._server is None:
+            await self.server.start()
+        self.kv = KV()
+        self.transport = RaftTransport(GROUP, self.node_id, addrs)
+        cfg = RaftConfig(self.node_id, IDS, election_ticks=10, tick_ms=TICK_MS)
+        self.driver = RaftDriver(cfg, storage or RaftStorage(self.dir, segment_size=64 * 1024), self.transport,
+                                 self.kv, snapshot_every=self.snapshot_every)
+        self.driver.add_role_listener(lambda r, t, lid: self.roles.append((r, t, lid)))
+        await self.driver.start()
+
+    async def stop(self) -> None:
+        if self.driver is not None:
+            await self.driver.stop()
+        await self.server.stop()
+        self.server._server = None
+
+
+async def wait_for(cond: Callable[[], object], timeout_s: float, what: str) -> object:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def leader_of(members: list[Member]) -> Member | None:
+    leaders = [m for m in members if m.driver is not None and m.driver.is_leader]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+async def cluster(root: Path, snapshot_every: int = 10_000) -> tuple[list[Member], dict[str, str]]:
+    members = [Member(i, root, snapshot_every) for i in IDS]
+    for m in members:
+        await m.server.start()
+    addrs = {m.node_id: f"127.0.0.1:{m.server.port}" for m in members}
+    for m in members:
+        await m.start(addrs)
+    return members, addrs
+
+
+async def propose_many(leader: Member, keys: range, prefix: str = "k") -> None:
+    assert leader.driver is not None
+    results = await asyncio.gather(*(leader.driver.propose(f"{prefix}{i}={i}".encode(), 10_000) for i in keys))
+    assert results == [f"ok:{prefix}{i}" for i in keys]
+
+
+def has_keys(m: Member, keys: range, prefix: str = "k") -> bool:
+    return all(m.kv.data.get(f"{prefix}{i}") == str(i) for i in keys)
+
+
+def test_election_replication_failover_and_catch_up(tmp_path: Path) -> None:
+    async def go() -> None:
+        members, addrs = await cluster(tmp_path)
+        try:
+            leader = await wait_for(lambda: leader_of(members), 15, "a leader")
+            assert isinstance(leader, Member) and leader.driver is not None
+            await propose_many(leader, range(20))
+            await wait_for(lambda: all(has_keys(m, range(20)) for m in members), 10, "all three applied 20 keys")
+
+            follower = next(m for m in members if m is not leader)
+            assert follower.driver is not None
+            await wait_for(lambda: follower.driver.leader_id == leader.node_id, 5, "follower knows the leader")
+            with pytest.raises(NotLeaderError) as ei:
+                await follower.driver.propose(b"x=1")
+            assert ei.value.leader_id == leader.node_id
+            with pytest.raises(NotLeaderError):
+                await follower.driver.read_barrier()
+            await leader.driver.read_barrier(5000)
+            assert has_keys(leader, range(20))
+            assert follower.driver.peer_addr(leader.node_id) == addrs[leader.node_id]
+            assert any(r[0] == Role.LEADER for r in leader.roles)
+
+            old_term = leader.driver.term
+            await leader.stop()  # the leader goes away
+            rest = [m for m in members if m is not leader]
+            new = await wait_for(lambda: leader_of(rest), 20, "a new leader among the other two")
+            assert isinstance(new, Member) and new.driver is not None and new.driver.term > old_term
+            await propose_many(new, range(20, 40))
+            await wait_for(lambda: all(has_keys(m, range(40)) for m in rest), 10, "both live members at 40 keys")
+
+            await leader.start(addrs)  # back with its files: replays its log, then catches up from the leader
+            await wait_for(lambda: has_keys(leader, range(40)), 20, "the restarted node caught up")
+            assert leader.driver is not None and not leader.driver.is_leader
+            await propose_many(new, range(40, 45))
+            await wait_for(lambda: all(has_keys(m, range(45)) for m in members), 10, "all three at 45 keys")
+        finally:
+            for m in members:
+                await m.stop()
+
+    asyncio.run(go())
+
+
+def test_lagging_node_catches_up_through_a_snapshot(tmp_path: Path) -> None:
+    async def go() -> None:
+        members, addrs = await cluster(tmp_path, snapshot_every=5)
+        try:
+            leader = await wait_for(lambda: leader_of(members), 15, "a leader")
+            assert isinstance(leader, Member) and leader.driver is not None
+            await propose_many(leader, range(3))
+            lagging = next(m for m in members if m is not leader)
+            await wait_for(lambda: has_keys(lagging, range(3)), 10, "the follower applied 3 keys")
+            await lagging.stop()
+            await propose_many(leader, range(3, 40))  # the leader compacts every 5 entries meanwhile
+            snap_index = leader.driver.status()["snapshot_index"]
+            assert isinstance(snap_index, int) and snap_index > 10
+
+            await lagging.start(addrs)
+            assert lagging.driver is not None
+            lagging.kv.restores = 0  # count only the snapshot installed from the leader from here on
+            await wait_for(lambda: has_keys(lagging, range(40)), 20, "the lagging node caught up")
+            assert lagging.kv.restores >= 1, "caught up without a snapshot install"
+            await propose_many(leader, range(40, 42))
+            await wait_for(lambda: all(has_keys(m, range(42)) for m in members), 10, "all three at 42 keys")
+        finally:
+            for m in members:
+                await m.stop()
+
+    asyncio.run(go())
+
+
+class FailingStorage(RaftStorage):
+    fail = False
+
+    def save(self, ready: Ready) -> None:
+        if self.fail and ready.entries:
+            raise OSError(5, "Input/output error (injected fsync failure)")
+        super().save(ready)
+
+
+def test_storage_failure_stops_the_node_without_acknowledging(tmp_path: Path) -> None:
+    async def go() -> None:
+        m = Member("n0", tmp_path, 10_000)
+        await m.server.start()
+        storage = FailingStorage(m.dir)
+        transport = RaftTransport(GROUP, "n0", {"n0": f"127.0.0.1:{m.server.port}"})
+        m.transport = transport
+        drv = RaftDriver(RaftConfig("n0", ("n0",), election_ticks=10, tick_ms=TICK_MS), storage, transport, m.kv)
+        roles: list[Role] = []
+        drv.add_role_listener(lambda r, t, lid: roles.append(r))
+        await drv.start()
+        try:
+            await wait_for(lambda: drv.is_leader, 10, "the single node leads")
+            assert await drv.propose(b"a=1") == "ok:a"
+            storage.fail = True
+            with pytest.raises(RaftStoppedError, match="fatal"):
+                await drv.propose(b"b=2")
+            assert not drv.running and not drv.is_leader and m.kv.data == {"a": "1"}
+            assert roles[-1] == Role.FOLLOWER
+            with pytest.raises(RaftStoppedError):
+                await drv.propose(b"c=3")
+        finally:
+            await drv.stop()
+            await m.server.stop()
+        reopened = RaftStorage(m.dir)  # the lock was released and nothing of the failed save is there
+        _, _, entries = reopened.load()
+        assert [e.data for e in entries if e.data] == [b"a=1"]
+        reopened.close()
+
+    asyncio.run(go())
