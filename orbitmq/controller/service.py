@@ -64,7 +64,7 @@ class ControllerService:
         self.processor = ControllerProcessor(self)
         self.notifier = RoleChangeNotifier()
         peers = config.peers
-        self.transport = RaftTransport(config.controller_dleger_self_id, peers)
+        self.transport = RaftTransport(config.controller_dleger_group, config.controller_dleger_self_id, peers)
         self.driver = RaftDriver(
             RaftConfig(config.controller_dleger_self_id, tuple(peers), election_ticks=config.raft_election_ticks,
                        tick_ms=config.raft_tick_ms),
