@@ -307,8 +307,9 @@ class Producer:
 
     # ---- sends ------------------------------------------------------------------------------------------------
     async def send(self, msg: Message, *, queue: MessageQueue | None = None) -> SendResult:
-        """Send and wait for the broker. Retries (on another broker when possible) for codes {1,14,16,17,204,205}
-        and network errors, up to 1 + retry_times attempts within send_timeout_ms. An explicit queue is tried once.
+        """Send and wait for the broker: up to 1 + retry_times attempts within send_timeout_ms for codes
+        {1,14,16,17,204,205} and network errors (where each retry goes: _invoke_send). An explicit queue is tried
+        once.
         With auto_batch, a batchable message may travel in one SEND_BATCH_MESSAGE with concurrent sends."""
         inst = self._instance()
         acc = self._acc
@@ -354,10 +355,18 @@ class Producer:
     async def _invoke_send(self, inst: ClientInstance, topic: str, attempts: int,
                            pick: Callable[[PublishInfo, str | None], MessageQueue] | None, req: OutgoingSend,
                            rekey: bool) -> tuple[RemotingCommand, str, MessageQueue]:
-        """The retry loop of every send: -> (a stored-status response, broker address, queue). `pick` None is
-        round-robin avoiding the last failed broker; `rekey` lets dedup=False give each retry fresh UNIQ_KEYs."""
+        """The retry loop of every send: -> (a stored-status response, broker address, queue).
+
+        dedup=True (keys kept across attempts): an attempt whose outcome is unknown (no response in time, or the
+        connection lost after the request left) is retried on the SAME queue of the same broker, whose
+        de-duplication answers it if the first copy was stored; every attempt but the last waits at most half of
+        the time left, so that a retry fits in send_timeout_ms. A broker that cannot be reached (the connect fails:
+        nothing was sent) or that answers a retriable code (nothing stored) is left for another one (`pick` None:
+        round-robin avoiding it). dedup=False: every retry gets fresh UNIQ_KEYs (`rekey`) and moves on at once."""
         deadline = monotonic_ms() + self.send_timeout_ms
-        last_broker: str | None = None
+        sticky = self.dedup
+        avoid: str | None = None  # broker that failed without storing
+        again: MessageQueue | None = None  # queue whose last attempt has an unknown outcome
         last_err: Exception | None = None
         for attempt in range(attempts):
             remaining = deadline - monotonic_ms()
@@ -365,32 +374,45 @@ class Producer:
                 break
             if attempt > 0 and rekey and not self.dedup:
                 self._rekey(req)
+            timeout = remaining // 2 if sticky and attempt + 1 < attempts else remaining
             mq: MessageQueue | None = None
+            sent = False
             try:
                 pi = inst.routes.publish_info(topic)  # cached route: no coroutine on the hot path
                 if pi is None or not pi.queues:
                     pi = await inst.publish_info(topic, self.default_topic_queue_nums)
-                mq = pi.select(last_broker) if pick is None else pick(pi, last_broker)
-                addr = pi.route.master_addr(mq.broker_name)
-                if addr is None:
-                    raise NoRouteError(f"broker {mq.broker_name} has no master")
+                addr = pi.route.master_addr(again.broker_name) if again is not None else None
+                if addr is not None:
+                    mq = again
+                else:
+                    mq = pi.select(avoid) if pick is None else pick(pi, avoid)
+                    addr = pi.route.master_addr(mq.broker_name)
+                    if addr is None:
+                        raise NoRouteError(f"broker {mq.broker_name} has no master")
+                if sticky and not inst.remoting.is_connected(addr):
+                    await inst.remoting.get_connection(addr, timeout)  # fails here: not sent, try another broker
                 header = build_send_header(self._template(topic), mq.queue_id, req.sys_flag, now_ms(), req.flag,
                                            req.props, req.rt, req.mrt, req.batch, mq.broker_name)
-                resp = await inst.invoke(addr, RemotingCommand.request(req.code, header, req.body), remaining)
+                sent = True
+                resp = await inst.invoke(addr, RemotingCommand.request(req.code, header, req.body), timeout)
                 if resp.code not in _STATUS_BY_CODE:
                     raise error_for_response(resp.code, resp.remark, addr)
                 return resp, addr, mq
             except ResponseError as e:
                 if e.code not in SEND_RETRY_CODES:
                     raise
-                last_err = e
+                last_err, sent = e, False  # the broker answered: nothing stored
                 if e.code == ResponseCode.TOPIC_NOT_EXIST:
                     inst.routes.remove(topic)
             except (RemotingError, NoRouteError) as e:
                 last_err = e
             marks.hit("producer send retry")
-            if mq is not None:
-                last_broker = mq.broker_name
+            if sent and sticky:
+                again = mq
+            else:
+                again = None
+                if mq is not None:
+                    avoid = mq.broker_name
             log.debug("send of %s attempt %d failed: %s", topic, attempt + 1, last_err)
         if last_err is None:
             raise RemotingError(f"send to {topic} timed out after {self.send_timeout_ms} ms")

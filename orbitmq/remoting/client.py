@@ -53,6 +53,11 @@ class RemotingClient:
     def connections(self) -> dict[str, Connection]:
         return {a: c for a, c in self._conns.items() if not c.closed}
 
+    def is_connected(self, addr: str) -> bool:
+        """An open connection to addr exists now (a request sent on it needs no connect)."""
+        conn = self._conns.get(addr)
+        return conn is not None and not conn.closed and not self._closed
+
     async def get_connection(self, addr: str, timeout_ms: int | None = None) -> Connection:
         if self._closed:
             raise RemotingConnectError("client is closed")

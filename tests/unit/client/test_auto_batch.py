@@ -41,12 +41,20 @@ class FakeRoutes:
         self.pis.pop(topic, None)
 
 
+class FakeRemoting:
+    """Every broker address is connected (the producer asks before a send with dedup on)."""
+
+    def is_connected(self, addr: str) -> bool:
+        return True
+
+
 class FakeBroker:
     """Stores what it is sent (per queue offsets, offset ids "<addr>/<n>") unless `responder` answers first;
     a responder returning None lets the request through, an exception is raised, "hang" never answers."""
 
     def __init__(self) -> None:
         self.routes = FakeRoutes()
+        self.remoting = FakeRemoting()
         self.requests: list[tuple[str, RemotingCommand]] = []
         self.responder: Responder | None = None
         self.hang = False
@@ -244,7 +252,8 @@ def test_limits_are_validated() -> None:
 
 
 @pytest.mark.parametrize("dedup", [True, False])
-def test_a_failed_batch_is_retried_on_another_broker(dedup: bool) -> None:
+def test_a_batch_whose_response_is_lost_is_retried_like_a_plain_send(dedup: bool) -> None:
+    """dedup: same keys, same broker and queue (its de-duplication answers); dedup off: fresh keys, another broker."""
     async def main() -> None:
         b = FakeBroker()
         failures = [RemotingTimeoutError("lost (test)"), None]
@@ -254,7 +263,9 @@ def test_a_failed_batch_is_retried_on_another_broker(dedup: bool) -> None:
         rs = await asyncio.gather(*(p.send(m) for m in ms))
         assert b.batch_sizes() == [4, 4]
         (a1, c1), (a2, c2) = b.requests
-        assert a1 != a2  # another broker
+        assert (a1 == a2) is dedup  # dedup: the same broker, else another one
+        if dedup:
+            assert c1.ext_fields["e"] == c2.ext_fields["e"]  # and the same queue
         keys1 = [decode_properties(r[2])[Prop.UNIQ_KEY] for r in decode_batch_body(c1.body)]
         keys2 = [decode_properties(r[2])[Prop.UNIQ_KEY] for r in decode_batch_body(c2.body)]
         assert (keys1 == keys2) is dedup and len(set(keys2)) == 4
