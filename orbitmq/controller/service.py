@@ -22,24 +22,19 @@ from orbitmq.controller.heartbeat import DEFAULT_HEARTBEAT_TIMEOUT_MS, BrokerLiv
 from orbitmq.controller.notify import RoleChangeNotifier
 from orbitmq.controller.processor import ControllerProcessor
 from orbitmq.controller.state import ControllerResult, ControllerStateMachine
-from orbitmq.protocol import RemotingCommand, ResponseCode
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies.controller import (
     BrokerHeartbeatRequestHeader,
     ElectMasterRequestHeader,
     NotifyBrokerRoleChangedRequestHeader,
     SyncStateSet,
 )
-from orbitmq.raft.driver import RaftDriver
-from orbitmq.raft.errors import NotLeaderError
-from orbitmq.raft.messages import RaftConfig, Role
-from orbitmq.raft.storage import RaftStorage
-from orbitmq.raft.transport import RaftTransport
+from orbitmq.raft import NotLeaderError, RaftConfig, RaftDriver, RaftStorage, RaftTransport, Role
 from orbitmq.remoting import Connection, RemotingServer
 from orbitmq.remoting.connection import HandlerResult
 
 log = logging.getLogger(__name__)
 
-RAFT_MESSAGE_CODE = 9902  # RequestCode.ORBIT_RAFT_MESSAGE: Raft peer traffic on the controller's port
 WAIT_TIMEOUT_MS = 5000    # like RocketMQ's processor: a request waits at most 5 s for the controller
 RAFT_DIR = "raft"
 
@@ -305,7 +300,7 @@ class ControllerService:
 
     # ---- the remoting handler ---------------------------------------------------------------------------------
     def handle(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
-        if cmd.code == RAFT_MESSAGE_CODE:
+        if cmd.code == RequestCode.ORBIT_RAFT_MESSAGE:  # Raft peer traffic shares the controller's port
             result: HandlerResult = self.transport.handle(conn, cmd)
             return result
         return self.processor(conn, cmd)
