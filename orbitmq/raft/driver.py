@@ -118,10 +118,14 @@ class RaftDriver:
         if self._task is not None:
             raise RuntimeError("RaftDriver.start() called twice")
         hs, snap, entries = await asyncio.to_thread(self._storage.load)
-        if snap is not None:
-            self._sm.restore(snap.data)
-            self._applied = self._snap_index = snap.index
-        self._node = RaftNode(self.config, self._rng, hard_state=hs, snapshot=snap, entries=entries)
+        try:
+            if snap is not None:
+                self._sm.restore(snap.data)
+                self._applied = self._snap_index = snap.index
+            self._node = RaftNode(self.config, self._rng, hard_state=hs, snapshot=snap, entries=entries)
+        except BaseException:
+            await asyncio.to_thread(self._storage.close)  # release the directory lock
+            raise
         self._last_role = (self._node.role, self._node.term, self._node.leader_id)
         self._next_tick = self._clock.monotonic_ms() + self.config.tick_ms
         self._transport.set_receiver(self._on_messages)

@@ -235,3 +235,83 @@ def test_storage_failure_stops_the_node_without_acknowledging(tmp_path: Path) ->
         reopened.close()
 
     asyncio.run(go())
+
+
+def test_pending_proposal_fails_when_the_leader_loses_its_quorum(tmp_path: Path) -> None:
+    async def go() -> None:
+        members, _ = await cluster(tmp_path)
+        try:
+            leader = await wait_for(lambda: leader_of(members), 15, "a leader")
+            assert isinstance(leader, Member) and leader.driver is not None
+            await propose_many(leader, range(2))
+            for m in members:
+                if m is not leader:
+                    await m.stop()
+            # nothing can commit now; check-quorum makes the leader step down within ~2 election timeouts
+            with pytest.raises(NotLeaderError, match="leadership lost"):
+                await leader.driver.propose(b"lost=1", timeout_ms=30_000)
+            assert not leader.driver.is_leader and "lost" not in leader.kv.data
+            assert leader.roles[-1][0] != Role.LEADER
+        finally:
+            for m in members:
+                await m.stop()
+
+    asyncio.run(go())
+
+
+def closed_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_transport_bounds_queues_and_rejects_foreign_traffic(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from orbitmq.raft import Message, MsgType, encode_batch
+    from orbitmq.remoting import RemotingClient
+
+    async def go() -> None:
+        got: list[Message] = []
+        holder: dict[str, RaftTransport] = {}
+        server = RemotingServer(lambda conn, cmd: holder["t"].handle(conn, cmd), "127.0.0.1", 0)
+        await server.start()
+        me = f"127.0.0.1:{server.port}"
+        tr = RaftTransport(GROUP, "n0", {"n0": me, "n1": f"127.0.0.1:{closed_port()}", "n2": "127.0.0.1:1"},
+                           queue_limit=8)
+        holder["t"] = tr
+        tr.set_receiver(got.extend)
+        await tr.start()
+        client = RemotingClient()
+        try:
+            start = time.monotonic()
+            for i in range(2000):  # an unreachable peer: never blocks, never holds more than 8
+                tr.send([Message(MsgType.HEARTBEAT, "n0", "n1", 1, context=i)])
+                assert tr.status()["peers"]["n1"]["queued"] <= 8  # type: ignore[index]
+            assert time.monotonic() - start < 2.0
+            await wait_for(lambda: tr.status()["peers"]["n1"]["down"], 10, "n1 marked down")  # type: ignore[index]
+            assert tr.status()["peers"]["n1"]["dropped"] >= 1992  # type: ignore[index]
+
+            def req(ext: dict[str, str], body: bytes) -> RemotingCommand:
+                return RemotingCommand.request(RequestCode.ORBIT_RAFT_MESSAGE, ext, body)
+
+            good = encode_batch([Message(MsgType.VOTE, "n1", "n0", 3), Message(MsgType.VOTE, "n1", "n9", 3),
+                                 Message(MsgType.VOTE, "n2", "n0", 3)])
+            for _ in range(2):
+                r = await client.invoke(me, req({"group": "other", "from": "n1"}, good))
+                assert r.code == ResponseCode.SYSTEM_ERROR and "other" in (r.remark or "")
+            assert sum("group 'other'" in rec.getMessage() for rec in caplog.records) == 1  # logged once
+            r = await client.invoke(me, req({"group": GROUP, "from": "n7"}, good))
+            assert r.code == ResponseCode.SYSTEM_ERROR and "n7" in (r.remark or "")
+            r = await client.invoke(me, req({"group": GROUP, "from": "n1"}, good[:-3]))
+            assert r.code == ResponseCode.SYSTEM_ERROR and "raft codec" in (r.remark or "")
+            assert got == []
+            r = await client.invoke(me, req({"group": GROUP, "from": "n1"}, good))
+            assert r.code == ResponseCode.SUCCESS
+            assert got == [Message(MsgType.VOTE, "n1", "n0", 3)]  # wrong dst / forged src filtered out
+        finally:
+            await client.close()
+            await tr.stop()
+            await server.stop()
+        assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("raft-send")]
+
+    asyncio.run(go())
