@@ -151,22 +151,29 @@ class RaftStorage:
             if self._file_lock is None:
                 self.disk.makedirs(self.directory)
                 self._file_lock = self.disk.lock(self._path(LOCK_FILE))
-            hs = self._read_small(HARD_STATE_FILE, decode_hard_state) or HardState()
-            snap_kind = self._read_small(SNAPSHOT_FILE, decode_snapshot)
-            self._snap, self._snap_kind = snap_kind if snap_kind else (None, SNAP_COMPACTED)
-            entries = self._load_log()
-            last_term = entries[-1].term if entries else (self._snap.term if self._snap else 0)
-            if last_term > hs.term:
-                # entries of term T were fsynced but the hard state of term T was not: no vote of term T was sent
-                # (messages leave only after save() returns), so term T with no vote is what the node knew
-                marks.hit("raft: hard state term raised to the log's last term")
-                hs = HardState(last_term, "", hs.commit)
-            last = entries[-1].index if entries else self.snapshot_index
-            if hs.commit > last:
-                raise CorruptionError(self._path(HARD_STATE_FILE), 0,
-                                      f"commit index {hs.commit} is beyond the last stored entry {last}")
-            self._hs = hs
-            return hs, self._snap, entries
+            try:
+                return self._load()
+            except BaseException:
+                self._close()  # a refused directory is not left locked
+                raise
+
+    def _load(self) -> tuple[HardState, Snapshot | None, list[Entry]]:
+        hs = self._read_small(HARD_STATE_FILE, decode_hard_state) or HardState()
+        snap_kind = self._read_small(SNAPSHOT_FILE, decode_snapshot)
+        self._snap, self._snap_kind = snap_kind if snap_kind else (None, SNAP_COMPACTED)
+        entries = self._load_log()
+        last_term = entries[-1].term if entries else (self._snap.term if self._snap else 0)
+        if last_term > hs.term:
+            # entries of term T were fsynced but the hard state of term T was not: no vote of term T was sent
+            # (messages leave only after save() returns), so term T with no vote is what the node knew
+            marks.hit("raft: hard state term raised to the log's last term")
+            hs = HardState(last_term, "", hs.commit)
+        last = entries[-1].index if entries else self.snapshot_index
+        if hs.commit > last:
+            raise CorruptionError(self._path(HARD_STATE_FILE), 0,
+                                  f"commit index {hs.commit} is beyond the last stored entry {last}")
+        self._hs = hs
+        return hs, self._snap, entries
 
     def save(self, ready: Ready) -> None:
         """Persist `ready` (snapshot, entries, hard state, compact_snapshot), each fsynced before returning.
@@ -187,12 +194,15 @@ class RaftStorage:
 
     def close(self) -> None:
         with self._lock:
-            if self._log is not None:
-                self._log.close()
-                self._log = None
-            if self._file_lock is not None:
-                self._file_lock.release()  # type: ignore[attr-defined]
-                self._file_lock = None
+            self._close()
+
+    def _close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._file_lock is not None:
+            self._file_lock.release()  # type: ignore[attr-defined]
+            self._file_lock = None
 
     def status(self) -> dict[str, object]:
         log_ = self._log

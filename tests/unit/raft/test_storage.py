@@ -192,3 +192,27 @@ def test_real_disk_round_trip_and_lock(tmp_path: Path) -> None:
     assert (hs, snap, entries) == (HardState(1, "n0", 1), Snapshot(15, 1, b"snap"), ents(16, 20, 1, size=400))
     assert st2.segment_size == SEG
     st2.close()
+
+
+def test_real_disk_torn_tail_and_mid_log_corruption(tmp_path: Path) -> None:
+    d = str(tmp_path / "ctl")
+    st = RaftStorage(d, disk=MmapDisk(), segment_size=SEG)
+    st.load()
+    st.save(Ready(hard_state=HardState(1, "", 0), entries=ents(1, 5, 1, size=100)))
+    st.close()
+    seg = os.path.join(d, "log", "0" * 20)
+
+    def flip(pos: int) -> None:
+        with open(seg, "r+b") as f:
+            f.seek(pos)
+            b = f.read(1)
+            f.seek(pos)
+            f.write(bytes([b[0] ^ 0x10]))
+
+    flip(4 * (HEAD_SIZE + 100) + HEAD_SIZE + 1)  # last record: a torn tail
+    st = RaftStorage(d, disk=MmapDisk(), segment_size=SEG)
+    assert st.load()[2] == ents(1, 4, 1, size=100)
+    st.close()
+    flip(HEAD_SIZE + 100 + 5)  # record 2's header: valid records follow
+    with pytest.raises(CorruptionError, match="followed by valid ones"):
+        RaftStorage(d, disk=MmapDisk(), segment_size=SEG).load()
