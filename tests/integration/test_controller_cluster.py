@@ -1,7 +1,8 @@
 """Three `orbitmq controller` processes on 127.0.0.1 and three fake brokers speaking raw RIP-44 requests: the 5.1.1
 broker-id flow, heartbeats, the first election, SyncStateSet changes, kill -9 of the controller leader (the new
 leader answers with the same metadata) and a failover when the master's connection closes (the new master comes
-from the SyncStateSet only, and NOTIFY_BROKER_ROLE_CHANGED reaches the fake brokers). Plus the controller embedded
+from the SyncStateSet only, and NOTIFY_BROKER_ROLE_CHANGED reaches the fake brokers), then a restart of every
+controller (state recovered from the Raft logs). Plus the controller embedded
 in `orbitmq namesrv`. Every wait is for a condition, bounded by a deadline.
 """
 
@@ -315,6 +316,18 @@ async def _scenario(ctl: Controllers) -> None:
         bodies = [s for n, s in zip(brokers[1].notices, brokers[1].notice_bodies, strict=True) if n.master_epoch == 2]
         assert bodies[-1] == SyncStateSet(frozenset({2}), 4)
         assert not any(n.master_epoch == 2 for n in brokers[0].notices)  # a dead member is not notified
+
+        # every controller stops (SIGTERM) and starts again, the killed one included: the state comes back from
+        # each node's Raft log, and a new leader answers with it
+        codes = {n: p.terminate() for n, p in ctl.procs.items() if p.running}
+        assert codes == {n: 0 for n in codes} and len(codes) == 2  # clean SIGTERM shutdown
+        ctl.start()
+        header, sss = await replica_info(client, addrs)
+        assert (header["masterBrokerId"], header["masterEpoch"]) == ("2", "2")
+        assert sss == SyncStateSet(frozenset({2}), 4)
+        r = await to_leader(client, addrs, lambda: RemotingCommand.request(
+            RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, GetNextBrokerIdRequestHeader(CLUSTER, NAME).to_ext()))
+        assert r.ext_fields["nextBrokerId"] == "4"
     finally:
         for b in brokers:
             await b.close()
