@@ -1,6 +1,7 @@
-"""Producer de-duplication against a real broker process: a send retried after a lost response is stored once
-(identical raw frames, and our SDK producer whose first response is dropped), also across a kill -9 restart;
-hits are visible in GET_BROKER_RUNTIME_INFO (dedupHits); dedupEnable=false stores twice."""
+"""Producer de-duplication against real broker processes: a send retried after a lost response is stored once
+(identical raw frames; our SDK producer with two brokers, one behind a TCP proxy that loses a send response on the
+wire), also across a kill -9 restart; hits are visible in GET_BROKER_RUNTIME_INFO (dedupHits); dedupEnable=false
+stores twice."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from typing import Any
 
 import pytest
 
-from orbitmq.base.errors import RemotingTimeoutError
-from orbitmq.client import Producer, SendStatus
+from orbitmq.client import Admin, Producer, SendStatus
+from orbitmq.client.errors import TopicNotExistError
 from orbitmq.model import Message
 from orbitmq.model.properties import Prop, encode_properties
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies import KVTable
-from orbitmq.testing.procs import Standalone, blocking_request
+from orbitmq.testing.procs import Standalone, blocking_request, start_broker, start_namesrv
+from orbitmq.testing.tcp_proxy import TcpProxy, rewrite_addresses
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -78,34 +80,62 @@ def test_identical_send_is_stored_once_also_across_kill9(tmp_path: Path) -> None
         sa.close()
 
 
-def test_sdk_send_retried_after_a_lost_response_is_stored_once(tmp_path: Path) -> None:
-    sa = Standalone(tmp_path / "sa").start()
+async def _two_broker_topic(ns_addr: str, topic: str, brokers: list[str]) -> None:
+    """The topic on both brokers (2 queues each), once the name server's route lists both."""
+    async with Admin(ns_addr) as admin:
+        for addr in brokers:
+            await admin.update_topic(topic, broker_addr=addr, read_queue_nums=2, write_queue_nums=2)
+        for _ in range(200):
+            try:
+                if len((await admin.topic_route(topic)).queue_datas) == 2:
+                    return
+            except TopicNotExistError:
+                pass
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"route of {topic} never listed both brokers")
+
+
+def _stored(addrs: list[str], topic: str) -> int:
+    return sum(_max_offset(a, topic, q) for a in addrs for q in range(2))
+
+
+def test_sdk_send_whose_response_is_lost_on_the_wire_is_stored_once_with_two_brokers(tmp_path: Path) -> None:
+    """The SDK reaches broker-a through a TCP proxy that drops one SEND_MESSAGE_V2 response (the broker stored the
+    message); the producer's attempt times out after half the send timeout, the retry goes to broker-a again and
+    its de-duplication answers with the original result: every message is stored exactly once over both brokers.
+    Then broker-a becomes unreachable (connect refused): sends move to broker-b, still once each."""
+    ns = start_namesrv(tmp_path / "ns")
+    ns_addr = f"127.0.0.1:{ns.ports[0]}"
+    brokers = [start_broker(tmp_path / name, ns_addr, brokerName=name) for name in ("broker-a", "broker-b")]
     try:
-        async def run() -> tuple[list[str], Any]:
-            originals: list[str] = []
-            async with Producer("PG_sdk_dedup", namesrv=sa.namesrv_addr) as p:
-                inst = p._instance()
-                real_invoke = inst.invoke
+        a_addr, b_addr = (f"127.0.0.1:{b.ports[0]}" for b in brokers)
+        topic, n = "DedupTwo", 12
 
-                async def lossy_invoke(addr: str, cmd: RemotingCommand, timeout_ms: int = 3000) -> RemotingCommand:
-                    resp = await real_invoke(addr, cmd, timeout_ms)
-                    if cmd.code == RequestCode.SEND_MESSAGE_V2 and not originals:
-                        originals.append((resp.ext_fields or {}).get("msgId", ""))
-                        raise RemotingTimeoutError("response lost (test)")  # the broker did store it
-                    return resp
+        async def run() -> tuple[list[Any], list[RemotingCommand]]:
+            await _two_broker_topic(ns_addr, topic, [a_addr, b_addr])
+            async with TcpProxy(a_addr, name="to-broker-a") as to_a:
+                hook = rewrite_addresses({a_addr: to_a.addr})  # routes name broker-a by its proxy
+                async with TcpProxy(ns_addr, hook=hook, name="to-namesrv") as to_ns:
+                    to_a.lose_responses(RequestCode.SEND_MESSAGE_V2, 1)
+                    async with Producer("PG_two", namesrv=to_ns.addr, send_timeout_ms=3000) as p:
+                        results = [await p.send(Message(topic, b"m%d" % i, {})) for i in range(n)]
+                        assert to_a.lost, "no send went to broker-a"
+                        await to_a.block()  # broker-a unreachable: nothing can be sent to it
+                        moved = [await p.send(Message(topic, b"x%d" % i, {})) for i in range(4)]
+                    return results + moved, to_a.lost
 
-                inst.invoke = lossy_invoke  # type: ignore[method-assign]
-                r = await p.send(Message("DedupSdk", b"once", {}))
-                inst.invoke = real_invoke  # type: ignore[method-assign]
-                assert r.status == SendStatus.SEND_OK
-                return originals, r
-
-        originals, r = asyncio.run(run())
-        assert originals and r.offset_msg_id == originals[0]
-        assert sum(_max_offset(sa.broker_addr, "DedupSdk", q) for q in range(4)) == 1
-        assert _runtime(sa.broker_addr)["dedupHits"] == "1"
+        results, lost = asyncio.run(asyncio.wait_for(run(), 90))
+        assert all(r.status == SendStatus.SEND_OK for r in results)
+        assert len(lost) == 1
+        lost_id = (lost[0].ext_fields or {})["msgId"]
+        assert lost_id in {r.offset_msg_id for r in results}  # the retry was answered with the original result
+        assert _stored([a_addr, b_addr], topic) == n + 4  # exactly once each, over both brokers
+        assert int(_runtime(a_addr)["dedupHits"]) >= 1
+        assert {r.message_queue.broker_name for r in results[n:]} == {"broker-b"}
     finally:
-        sa.close()
+        for b in brokers:
+            b.close()
+        ns.close()
 
 
 def test_dedup_disabled_stores_twice(tmp_path: Path) -> None:
