@@ -247,6 +247,9 @@ def test_pending_proposal_fails_when_the_leader_loses_its_quorum(tmp_path: Path)
             for m in members:
                 if m is not leader:
                     await m.stop()
+            # ReadIndex needs a quorum's heartbeat acks: no answer now (a timeout, or the step-down below)
+            with pytest.raises((TimeoutError, NotLeaderError)):
+                await leader.driver.read_barrier(timeout_ms=300)
             # nothing can commit now; check-quorum makes the leader step down within ~2 election timeouts
             with pytest.raises(NotLeaderError, match="leadership lost"):
                 await leader.driver.propose(b"lost=1", timeout_ms=30_000)
