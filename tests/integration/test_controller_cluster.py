@@ -251,6 +251,15 @@ async def _scenario(ctl: Controllers) -> None:
         leader = await find_leader(client, addrs)
         peers = (await metadata(client, leader)).peers
         assert peers == ";".join(f"{i}:{a}" for i, a in ctl.addrs.items())
+        follower = next(a for a in addrs if a != leader)
+
+        async def follower_knows_leader() -> bool:
+            m = await metadata(client, follower)
+            return not m.is_leader and m.controller_leader_address == leader
+        await wait_for("the follower to name the leader", follower_knows_leader)
+        r = await client.invoke(follower, RemotingCommand.request(
+            RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, GetNextBrokerIdRequestHeader(CLUSTER, NAME).to_ext()))
+        assert r.code == ResponseCode.CONTROLLER_NOT_LEADER
 
         # broker-id flow, then heartbeats to every controller
         assert [await register(client, addrs, b) for b in brokers] == [1, 2, 3]
@@ -373,3 +382,95 @@ def test_controller_embedded_in_namesrv(tmp_path: Path) -> None:
         raise
     finally:
         proc.close()
+
+
+def test_single_controller_in_process(tmp_path: Path) -> None:
+    """One in-process ControllerService: concurrent writes are serialized (one of two racing ALTERs is fenced),
+    a master whose heartbeats stop (connection left open) is replaced after its timeout, config get/update with
+    the black list, and the request-level error codes."""
+    asyncio.run(asyncio.wait_for(_single(tmp_path), 60))
+
+
+async def _single(tmp_path: Path) -> None:
+    from orbitmq.controller import ControllerConfig, ControllerService
+
+    port = free_port()
+    addr = f"{LOCALHOST}:{port}"
+    svc = ControllerService(ControllerConfig(
+        controller_dleger_group=GROUP, controller_dleger_peers=f"n0-{addr}", controller_dleger_self_id="n0",
+        controller_store_path=str(tmp_path / "store"), scan_not_active_broker_interval_ms=100))
+    await svc.start()
+    client = RemotingClient(name="test-admin")
+    brokers = [FakeBroker(i) for i in (1, 2, 3)]
+    beat_clients = [RemotingClient(name=f"beat-{i}") for i in (1, 2, 3)]
+    beating = {1: True, 2: True, 3: True}
+
+    async def beat_all() -> None:
+        while True:
+            for b, c in zip(brokers, beat_clients, strict=True):
+                if beating[b.index] and b.broker_id is not None:
+                    h = BrokerHeartbeatRequestHeader(CLUSTER, b.addr, NAME, b.broker_id, 1, 0, 0, 800)
+                    await c.invoke_oneway(addr, RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, h.to_ext(),
+                                                                        oneway=True))
+            await asyncio.sleep(0.1)
+
+    beater = asyncio.get_running_loop().create_task(beat_all())
+    try:
+        for b in brokers:
+            await b.start([addr])
+            await register(client, [addr], b)
+
+        async def all_alive() -> bool:
+            return await alive_ids(client, addr) == {1, 2, 3}
+        await wait_for("three brokers alive", all_alive)
+        r = await to_leader(client, [addr], lambda: RemotingCommand.request(
+            RequestCode.CONTROLLER_ELECT_MASTER, ElectMasterRequestHeader(CLUSTER, NAME, 1).to_ext()))
+        assert r.code == ResponseCode.SUCCESS
+        assert (await alter(client, [addr], {1, 2, 3}, 1, 1, 1)).code == ResponseCode.SUCCESS
+
+        # two racing ALTERs built on the same epoch: exactly one wins, the other is fenced
+        cmds = [RemotingCommand.request(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+                                        AlterSyncStateSetRequestHeader(NAME, 1, 1).to_ext(),
+                                        SyncStateSet(frozenset(s), 2).to_json()) for s in ({1, 2}, {1, 3})]
+        codes = sorted(r.code for r in await asyncio.gather(*(client.invoke(addr, c, 6000) for c in cmds)))
+        assert codes == [ResponseCode.SUCCESS, ResponseCode.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH]
+        _, sss = await replica_info(client, [addr])
+        assert sss.sync_state_set_epoch == 3 and len(sss.sync_state_set) == 2
+        successor = max(sss.sync_state_set)
+
+        # the master stops heartbeating but keeps its connection: expiry (800 ms) triggers the election
+        beating[1] = False
+
+        async def replaced() -> bool:
+            h, s = await replica_info(client, [addr])
+            return h.get("masterBrokerId") == str(successor) and h.get("masterEpoch") == "2"
+        await wait_for("the master replaced after its heartbeat expired", replaced, 10)
+
+        # config: get, update a tunable key, refuse black-listed ones
+        r = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_CONTROLLER_CONFIG))
+        assert r.code == 0 and b"enableElectUncleanMaster=false\n" in r.body
+        for text in (b"configBlackList=x\n", b"controllerStorePath=/tmp/x\n", b"controllerDLegerPeers=n0-a:1\n"):
+            r = await client.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_CONTROLLER_CONFIG, body=text))
+            assert r.code == ResponseCode.NO_PERMISSION, (text, r)
+        r = await client.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_CONTROLLER_CONFIG,
+                                                              body=b"enableElectUncleanMaster=true\n"))
+        assert r.code == 0 and svc.config.enable_elect_unclean_master
+
+        # error codes: a two-way heartbeat without brokerId, a header missing a field, an unknown broker-set
+        r = await client.invoke(addr, RemotingCommand.request(
+            RequestCode.BROKER_HEARTBEAT, {"clusterName": CLUSTER, "brokerName": NAME, "brokerAddr": "x:1"}))
+        assert r.code == ResponseCode.CONTROLLER_INVALID_REQUEST
+        r = await client.invoke(addr, RemotingCommand.request(RequestCode.CONTROLLER_GET_REPLICA_INFO, {}))
+        assert r.code == ResponseCode.SYSTEM_ERROR and "brokerName" in (r.remark or "")
+        r = await client.invoke(addr, RemotingCommand.request(RequestCode.CONTROLLER_GET_REPLICA_INFO,
+                                                              GetReplicaInfoRequestHeader("nope").to_ext()))
+        assert r.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST
+        r = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_EPOCH_CACHE))
+        assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    finally:
+        beater.cancel()
+        for b in brokers:
+            await b.close()
+        for c in (client, *beat_clients):
+            await c.close()
+        await svc.stop()
