@@ -510,7 +510,9 @@ class RaftNode:
         if self._bcast_pending:
             self._bcast_pending = False
             for p in self._others:
-                self._send_append(p, allow_empty=True)
+                if self._send_append(p, allow_empty=True):
+                    while self._send_append(p, allow_empty=False):   # fill the pipeline window
+                        pass
         if self._reads_unsent:
             ctx = self._reads.new_round(self._reads_unsent, self.commit_index, self.node_id)
             self._reads_unsent = []
