@@ -116,7 +116,7 @@ def test_stream_confirm_min_and_sync_state_set(tmp_path: Path) -> None:
             # the controller's answer removes 3: confirm = min over {1, 2} = max
             ctl.epoch += 1
             sa.set_sync_state_set({1, 2}, ctl.epoch)
-            assert sa.confirm_offset == a.max_phys_offset
+            await wait_until(lambda: sa.confirm_offset == a.max_phys_offset, "confirm = min over {1, 2}")
             # 3 rejoins and is added back once caught up
             ctl.paused = False
             await sc.change_to_slave(addr(sa), 1, 3)
@@ -188,6 +188,18 @@ def test_restart_keeps_epochs_and_rejoin_without_truncation(tmp_path: Path) -> N
             await sb.change_to_slave(addr(sa), 3, 2)
             await wait_until(lambda: b.max_phys_offset == a.max_phys_offset, "caught up after restart")
             assert sb.client.slave.truncations == 0 and same_bytes(a, b, a.max_phys_offset)
+            # re-elected (epoch 4): connections and data stay; a second election with nothing written in
+            # between replaces the empty epoch 4 instead of being refused (#9689)
+            connects = sb.client.connects
+            await sa.change_to_master(4, {1, 2}, 2)
+            top = a.max_phys_offset
+            await sa.change_to_master(5, {1, 2}, 3)
+            assert a.epoch_entries == [(3, 0), (5, top)]
+            put(a, 10, "t")
+            await wait_until(lambda: b.max_phys_offset == a.max_phys_offset, "epoch 5 data replicated")
+            assert b.epoch_entries == [(3, 0), (5, top)] and sb.client.connects == connects
+            with pytest.raises(ValueError):
+                await sb.change_to_slave(addr(sa), 4, 2)  # stale epoch
         finally:
             await close_node(a, sa)
             await close_node(b, sb)
