@@ -16,6 +16,7 @@ from orbitmq.replication.epoch import EpochCache
 
 ALL_ACK_IN_SYNC_STATE_SET = -1  # needed_acks() in allAckInSyncStateSet mode
 IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
+PRE_HISTORY_EPOCH = 0  # controller epochs start at 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,10 @@ class AutoSwitchMaster:
     def __init__(self, config: MasterConfig, broker_id: int, epochs: EpochCache, sync_state_set: set[int],
                  sss_epoch: int, confirm_offset: int) -> None:
         check(bool(epochs.entries), "a master needs at least its own epoch entry")
+        if epochs.entries[0][1] > 0 and epochs.entries[0][0] > PRE_HISTORY_EPOCH:
+            # bytes written before the first recorded epoch (a store that ran without controller mode) are
+            # served as the pre-history epoch 0 starting at 0, so every frame still names one epoch
+            epochs.entries.insert(0, (PRE_HISTORY_EPOCH, 0))
         self.config = config
         self.broker_id = broker_id
         self.epochs = epochs  # the master's history; the driver keeps it equal to the store's epoch file

@@ -201,3 +201,11 @@ def test_invariants():
     cid, _ = join(m, 2, 100, log)
     with pytest.raises(InvariantError):
         m.on_sent(cid, Chunk(200, 10, 1, 0), 1000, 0)
+
+
+def test_bytes_before_the_first_epoch_are_served_as_epoch_0():
+    m = make(epochs=((3, 500),))
+    log = LogBounds(0, 800, 0)
+    cid, _ = join(m, 2, 0, log)
+    assert drain(m, cid, log) == [Chunk(0, 500, 0, 0), Chunk(500, 300, 3, 500)]
+    assert m.on_handshake(m.on_connect(0), SlaveHandshake(False, False, 4), 800, 0).entries == ((0, 0), (3, 500))
