@@ -33,7 +33,9 @@ class SendHook(Protocol):
     """A broker feature that takes part in every send (transactions, timers, de-duplication, ...).
 
     before_put may rewrite the prepared messages in place (topic, queue_id, properties, sys_flag) or return a
-    response to answer the send without storing anything (e.g. a duplicate); after_put sees the stored result."""
+    response (or an awaitable of one) to answer the send without storing anything (e.g. a duplicate); after_put
+    sees the stored result. A hook may also define after_append(conn, req, msgs, result): called when a put is in
+    the CommitLog but still waits for its flush / slave (after_put follows once it is settled)."""
 
     def before_put(self, conn: Any, req: Any, msgs: list[Any]) -> Any | None: ...
 

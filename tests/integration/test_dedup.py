@@ -6,6 +6,7 @@ stores twice."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from orbitmq.client import Admin, Producer, SendStatus
 from orbitmq.client.errors import TopicNotExistError
 from orbitmq.model import Message
 from orbitmq.model.properties import Prop, encode_properties
-from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.protocol import FrameDecoder, RemotingCommand, RequestCode, ResponseCode, encode_frame
 from orbitmq.protocol.bodies import KVTable
 from orbitmq.testing.procs import Standalone, blocking_request, start_broker, start_namesrv
 from orbitmq.testing.tcp_proxy import TcpProxy, rewrite_addresses
@@ -136,6 +137,27 @@ def test_sdk_send_whose_response_is_lost_on_the_wire_is_stored_once_with_two_bro
         for b in brokers:
             b.close()
         ns.close()
+
+
+def test_a_retry_arriving_while_the_original_waits_for_sync_flush_is_stored_once(tmp_path: Path) -> None:
+    """Two identical sends in one TCP write to a SYNC_FLUSH broker: the second is read while the first waits for
+    its group commit; it is answered with the first one's result once that is flushed, and stored nowhere."""
+    sa = Standalone(tmp_path / "sa", flushDiskType="SYNC_FLUSH").start()
+    try:
+        host, port = sa.broker_addr.rsplit(":", 1)
+        a, b = _send_frame("DedupSync", "UNIQ-S"), _send_frame("DedupSync", "UNIQ-S")
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(encode_frame(a) + encode_frame(b))
+            decoder, got = FrameDecoder(), {}
+            while len(got) < 2:
+                data = s.recv(65536)
+                assert data, "broker closed the connection"
+                got.update({r.opaque: r for r in decoder.feed(data)})
+        assert _result(got[a.opaque]) == _result(got[b.opaque])
+        assert _max_offset(sa.broker_addr, "DedupSync", 0) == 1
+        assert _runtime(sa.broker_addr)["dedupHits"] == "1"
+    finally:
+        sa.close()
 
 
 def test_dedup_disabled_stores_twice(tmp_path: Path) -> None:

@@ -192,6 +192,10 @@ class SendProcessor:
             for hook in hooks:
                 hook.after_put(conn, req, msgs, result)
             return self._response(req, result, queue_id)
+        for hook in hooks:  # stored, now waiting for a flush / slave: hooks that must know at once (dedup)
+            appended = getattr(hook, "after_append", None)
+            if appended is not None:
+                appended(conn, req, msgs, result)
         if defer and self.ctx.store.when_put_flushed(
                 result, wait_end, partial(self._answer_flushed, conn, req, msgs, queue_id)):
             return DEFERRED

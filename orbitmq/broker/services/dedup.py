@@ -36,6 +36,10 @@ _PUT_OK = PutStatus.PUT_OK
 _UNIQ_KEY = Prop.UNIQ_KEY
 _REAL_TOPIC = Prop.REAL_TOPIC
 _OK = int(ResponseCode.SUCCESS)
+# the answer of a retry whose original waited: the original's stored status as the send handler maps it
+_WAIT_CODES = {PutStatus.FLUSH_DISK_TIMEOUT: int(ResponseCode.FLUSH_DISK_TIMEOUT),
+               PutStatus.FLUSH_SLAVE_TIMEOUT: int(ResponseCode.FLUSH_SLAVE_TIMEOUT),
+               PutStatus.SLAVE_NOT_AVAILABLE: int(ResponseCode.SLAVE_NOT_AVAILABLE)}
 
 # an entry as callers see it: (producer group or None when rebuilt from the CommitLog, store time ms, offset msgId,
 # queueId, queueOffset)
@@ -248,6 +252,10 @@ class DedupService:
         self.snapshot_interval_s = max(1, cfg.dedup_snapshot_interval_seconds)
         self._covered = 0  # CommitLog offset the previous journal tick saw (the next line claims only this)
         self._journaled = 0  # table positions before this are in the journal
+        # puts still waiting for their flush / slave (SYNC_FLUSH, SYNC_MASTER): key -> future of the final status,
+        # and id(req) -> (req, future, keys) to settle them in after_put
+        self._waiting: dict[str, asyncio.Future[Any]] = {}
+        self._appended: dict[int, tuple[Any, asyncio.Future[Any], list[str]]] = {}
         ctx.stats.counters.setdefault(HITS_COUNTER, 0)
 
     # ---- SendHook ----
@@ -282,9 +290,55 @@ class DedupService:
             "queueId": str(found[0][3]),
             "queueOffset": str(found[0][4]),
         }
+        if self._waiting:
+            waits = {f for m in msgs if (f := self._waiting.get(m.properties.get(Prop.UNIQ_KEY, ""))) is not None}
+            if waits:  # the original is stored but still waits for its flush / slave: answer when it is settled
+                return self._answer_when_settled(resp, waits)
         return resp
 
+    async def _answer_when_settled(self, resp: RemotingCommand, waits: set[asyncio.Future[Any]]) -> RemotingCommand:
+        """A retry of a put that is still waiting: the same answer as the original, once it has one (a retry must
+        not report SEND_OK for a SYNC_FLUSH message that is not flushed yet)."""
+        limit = self.env.store_config.sync_flush_timeout_ms if self.env.store_config is not None else 5000
+        for fut in waits:
+            try:
+                status = await asyncio.wait_for(asyncio.shield(fut), (limit + 1000) / 1000)
+            except TimeoutError:  # the original's wait never settled (its connection went away): stored, unconfirmed
+                status = PutStatus.FLUSH_DISK_TIMEOUT
+            code = _WAIT_CODES.get(status, _OK)
+            if code != _OK:
+                resp.code = code
+        return resp
+
+    def after_append(self, conn: Any, req: RemotingCommand, msgs: list[Any], result: Any) -> None:
+        """The put is in the CommitLog and now waits for its flush or slave (the send handler calls this before
+        waiting): remember its keys at once, so that a retry arriving meanwhile is not stored again; the retry is
+        answered when the original settles (after_put)."""
+        self.after_put(conn, req, msgs, result)
+        keys = [k for m in msgs if (k := m.properties.get(_UNIQ_KEY)) is not None and k in self.table.entries]
+        if keys:
+            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            for k in keys:
+                self._waiting[k] = fut
+            self._appended[id(req)] = (req, fut, keys)
+
+    def _settle(self, req: RemotingCommand, status: Any) -> bool:
+        """after_put of a put that after_append saw: wake the retries waiting for it; True if it was one."""
+        entry = self._appended.get(id(req))
+        if entry is None or entry[0] is not req:
+            return False
+        del self._appended[id(req)]
+        _, fut, keys = entry
+        for k in keys:
+            if self._waiting.get(k) is fut:
+                del self._waiting[k]
+        if not fut.done():
+            fut.set_result(status)
+        return True
+
     def after_put(self, conn: Any, req: RemotingCommand, msgs: list[Any], result: Any) -> None:
+        if self._appended and self._settle(req, result.status):
+            return  # remembered by after_append already
         status = result.status
         if (status is not _PUT_OK and status not in STORED_STATUSES) or not msgs:  # `is` first: Enum hashing is slow
             return

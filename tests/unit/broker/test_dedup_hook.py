@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
@@ -345,3 +346,27 @@ def test_journal_writev_finishes_short_writes(tmp_path: Any, monkeypatch: Any) -
     finally:
         os.close(fd)
     assert path.read_bytes() == b"abcdefghijklmnopq\n"
+
+
+def test_a_retry_while_the_original_waits_for_its_flush_gets_the_original_answer(tmp_path: Any) -> None:
+    async def main() -> None:
+        svc, _, ctx = _svc(tmp_path)
+        first = _req()
+        msgs = [_msg("K1")]
+        assert svc.before_put(None, first, msgs) is None
+        svc.after_append(None, first, msgs, _stored(1))  # in the CommitLog, waiting for the group commit
+        waiting = svc.before_put(None, _req(), [_msg("K1")])
+        assert waiting is not None and not isinstance(waiting, RemotingCommand)  # an awaitable answer
+        task = asyncio.ensure_future(waiting)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not task.done()  # no SEND_OK before the original is flushed
+        svc.after_put(None, first, msgs, PutResult(PutStatus.FLUSH_DISK_TIMEOUT, 100, 10, ["ID0"], 7, 1, 1_000_000))
+        resp = await asyncio.wait_for(task, 5)
+        assert resp.code == 10 and resp.ext_fields["msgId"] == "ID0"  # FLUSH_DISK_TIMEOUT, like the original
+        assert not svc.table.dups and len(svc.table) == 1  # remembered once, at append time
+        later = svc.before_put(None, _req(), [_msg("K1")])
+        assert isinstance(later, RemotingCommand) and later.code == 0  # settled: answered at once
+        assert ctx.stats.counters["dedupHits"] == 2
+
+    asyncio.run(main())
