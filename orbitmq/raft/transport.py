@@ -71,8 +71,7 @@ class RaftTransport:
         self.node_id = node_id
         self.addrs = dict(peers)
         self._own_client = client is None
-        self._client = client if client is not None else RemotingClient(
-            name=f"raft-{node_id}", connect_timeout_ms=connect_timeout_ms)
+        self._client = client if client is not None else self._new_client(node_id, connect_timeout_ms)
         self._connect_timeout_ms = connect_timeout_ms
         self._backoff_s = retry_backoff_ms / 1000.0
         self._queue_limit = queue_limit
@@ -81,8 +80,14 @@ class RaftTransport:
         self._receiver: Receiver | None = None
         self._logged: set[str] = set()
         self._running = False
+        self._stopped_once = False
         self.received = 0
+        self.not_running_drops = 0
         self.rejected = 0
+
+    @staticmethod
+    def _new_client(node_id: str, connect_timeout_ms: int) -> RemotingClient:
+        return RemotingClient(name=f"raft-{node_id}", connect_timeout_ms=connect_timeout_ms)
 
     # ---- lifecycle ----------------------------------------------------------------------------------
     def set_receiver(self, receiver: Receiver | None) -> None:
@@ -92,12 +97,15 @@ class RaftTransport:
     async def start(self) -> None:
         if self._running:
             return
+        if self._own_client and self._stopped_once:  # stop() closed it: a restart gets a fresh one
+            self._client = self._new_client(self.node_id, self._connect_timeout_ms)
         self._running = True
         for p in self._peers.values():
             p.task = asyncio.create_task(self._sender(p), name=f"raft-send-{self.node_id}->{p.node_id}")
 
     async def stop(self) -> None:
         self._running = False
+        self._stopped_once = True
         tasks = [p.task for p in self._peers.values() if p.task is not None]
         for p in self._peers.values():
             p.task = None
@@ -121,9 +129,12 @@ class RaftTransport:
     # ---- outbound -----------------------------------------------------------------------------------
     def send(self, messages: Iterable[Message]) -> None:
         """Queue messages for their peers (encoded now: the caller may reuse the objects). Never blocks."""
+        if not self._running:
+            self.not_running_drops += sum(1 for _ in messages)
+            return
         for m in messages:
             peer = self._peers.get(m.dst)
-            if peer is None or not self._running:
+            if peer is None:
                 self._log_once(f"dst:{m.dst}", "raft %s: dropping %s to unknown peer %r", self.node_id,
                                m.type.name, m.dst)
                 continue
