@@ -166,21 +166,39 @@ def test_appends_are_batched_and_pipelined_within_the_window() -> None:
     assert len(sent(take(ld), MsgType.APPEND, "n2")) <= 1
 
 
+def _read_round(ld: RaftNode) -> int:
+    hbs = [m for m in sent(take(ld), MsgType.HEARTBEAT) if m.context]
+    assert hbs and len({m.context for m in hbs}) == 1
+    return hbs[0].context
+
+
 def test_read_index_waits_for_a_commit_in_term_and_a_heartbeat_quorum() -> None:
-    ld = mk()
-    elect(ld)
+    peers = ("n0", "n1", "n2", "n3", "n4")
+    ld = mk(peers=peers)
+    for _ in range(10):
+        ld.tick()
+    take(ld)
+    for p in ("n1", "n2"):
+        ld.step(Message(MsgType.PRE_VOTE_RESP, p, "n0", 1))
+    take(ld)
+    for p in ("n1", "n2"):
+        ld.step(Message(MsgType.VOTE_RESP, p, "n0", 1))
+    assert ld.role == Role.LEADER
     take(ld)
     assert ld.read_index(42)
     assert not [m for m in take(ld).messages if m.type == MsgType.HEARTBEAT and m.context]  # no commit in term yet
-    ld.step(Message(MsgType.APPEND_RESP, "n1", "n0", 1, index=1))   # no-op commits
-    rd = take(ld)
-    hbs = [m for m in sent(rd, MsgType.HEARTBEAT) if m.context]
-    assert {m.dst for m in hbs} == {"n1", "n2"} and not rd.read_states
-    ctx = hbs[0].context
-    ld.step(Message(MsgType.HEARTBEAT_RESP, "n2", "n0", 1, context=ctx - 1 if ctx > 1 else 0))
-    assert not take(ld).read_states                    # an older round does not confirm this read
-    ld.step(Message(MsgType.HEARTBEAT_RESP, "n2", "n0", 1, context=ctx))
-    assert take(ld).read_states == [ReadState(42, 1)]
+    for p in ("n1", "n2"):
+        ld.step(Message(MsgType.APPEND_RESP, p, "n0", 1, index=1))  # the no-op commits
+    ctx1 = _read_round(ld)
+    assert ld.read_index(43)
+    ctx2 = _read_round(ld)
+    assert ctx2 > ctx1
+    ld.step(Message(MsgType.HEARTBEAT_RESP, "n3", "n0", 1, context=ctx2))
+    assert not take(ld).read_states                    # leader + n3 is no quorum of 5
+    ld.step(Message(MsgType.HEARTBEAT_RESP, "n4", "n0", 1, context=ctx1))
+    assert take(ld).read_states == [ReadState(42, 1)]  # ctx1 confirmed by n3 (later round) and n4; ctx2 not
+    ld.step(Message(MsgType.HEARTBEAT_RESP, "n1", "n0", 1, context=ctx2))
+    assert take(ld).read_states == [ReadState(43, 1)]
 
 
 def test_read_index_is_refused_by_a_follower() -> None:
