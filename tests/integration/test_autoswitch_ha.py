@@ -204,3 +204,37 @@ def test_restart_keeps_epochs_and_rejoin_without_truncation(tmp_path: Path) -> N
             await close_node(a, sa)
             await close_node(b, sb)
     asyncio.run(go())
+
+
+def test_all_ack_sync_puts_wait_for_the_whole_set(tmp_path: Path) -> None:
+    """allAckInSyncStateSet with the store's replica policy (what the broker wires): a SYNC put returns once every
+    member acked; with a member gone and the controller silent it times out and stays invisible to consumers."""
+    async def go() -> None:
+        ctl = Controller()
+        nodes = [await open_node(tmp_path / f"n{i}", i, ctl) for i in (1, 2, 3)]
+        (a, sa), (b, sb), (c, sc) = nodes
+        try:
+            await sa.change_to_master(1, {1, 2, 3}, 1)
+            a.replica.set_policy(wait_ms=5000, gate_visibility=True, available=None)
+            await sb.change_to_slave(addr(sa), 1, 2)
+            await sc.change_to_slave(addr(sa), 1, 3)
+            assert sa.needed_acks() == -1 and sa.check_put() is None
+            msg = MessageInner("AS", 0, b"sync", {})
+            r = await a.put_messages([msg])
+            assert r.status is PutStatus.PUT_OK
+            assert sa.confirm_offset >= r.phys_offset + r.wrote_bytes
+            assert b.max_phys_offset >= sa.confirm_offset and c.max_phys_offset >= sa.confirm_offset
+            assert a.get_max_offset_in_queue("AS", 0) == 1  # visible: the whole set has it
+            ctl.paused = True
+            await sc.suspend()
+            a.replica.wait_ms = 300
+            r2 = await a.put_messages([msg])
+            assert r2.status is PutStatus.FLUSH_SLAVE_TIMEOUT
+            assert a.get_max_offset_in_queue("AS", 0) == 1  # not visible while member 3 may lack it
+            ctl.epoch += 1
+            sa.set_sync_state_set({1, 2}, ctl.epoch)  # the controller removes 3
+            await wait_until(lambda: a.get_max_offset_in_queue("AS", 0) == 2, "visible once {1, 2} acked")
+        finally:
+            for st, svc in nodes:
+                await close_node(st, svc)
+    asyncio.run(go())
