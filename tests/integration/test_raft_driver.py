@@ -164,6 +164,8 @@ def test_election_replication_failover_and_catch_up(tmp_path: Path) -> None:
         finally:
             for m in members:
                 await m.stop()
+        orphans = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        assert orphans == [], f"tasks left after stop: {orphans}"
 
     asyncio.run(go())
 
@@ -189,6 +191,50 @@ def test_lagging_node_catches_up_through_a_snapshot(tmp_path: Path) -> None:
             assert lagging.kv.restores >= 1, "caught up without a snapshot install"
             await propose_many(leader, range(40, 42))
             await wait_for(lambda: all(has_keys(m, range(42)) for m in members), 10, "all three at 42 keys")
+        finally:
+            for m in members:
+                await m.stop()
+
+    asyncio.run(go())
+
+
+class SlowStorage(RaftStorage):
+    """Each save takes 10 ms longer (a slow disk) and records how many ran at once."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory, segment_size=64 * 1024)
+        self.active = 0
+        self.max_active = 0
+        self.saves = 0
+
+    def save(self, ready: Ready) -> None:
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            time.sleep(0.01)  # in the driver's worker thread: blocks nothing but this save
+            super().save(ready)
+            self.saves += 1
+        finally:
+            self.active -= 1
+
+
+def test_slow_disk_one_save_at_a_time_and_input_keeps_flowing(tmp_path: Path) -> None:
+    async def go() -> None:
+        members = [Member(i, tmp_path, 10_000) for i in IDS]
+        for m in members:
+            await m.server.start()
+        addrs = {m.node_id: f"127.0.0.1:{m.server.port}" for m in members}
+        storages = {m.node_id: SlowStorage(m.dir) for m in members}
+        for m in members:
+            await m.start(addrs, storages[m.node_id])
+        try:
+            leader = await wait_for(lambda: leader_of(members), 15, "a leader")
+            assert isinstance(leader, Member)
+            await propose_many(leader, range(100))  # 100 concurrent proposals over 10 ms saves
+            await wait_for(lambda: all(has_keys(m, range(100)) for m in members), 10, "all three at 100 keys")
+            leader_saves = storages[leader.node_id].saves
+            assert leader_saves < 60, f"{leader_saves} saves for 100 proposals: input was not batched"
+            assert all(s.max_active == 1 for s in storages.values())
         finally:
             for m in members:
                 await m.stop()
