@@ -37,6 +37,7 @@ class ControllerConfig:
     # OrbitMQ-only Raft timing (one tick = raft_tick_ms; election timeout in [ticks, 2*ticks) ticks)
     raft_tick_ms: int = 100
     raft_election_ticks: int = 10
+    raft_snapshot_every: int = 10_000   # OrbitMQ-only: snapshot the state every N applied entries
 
     @property
     def peers(self) -> dict[str, str]:
@@ -63,7 +64,8 @@ class ControllerConfig:
         if self.listen_port and self.listen_port != self.port:
             raise ConfigError(f"controller: listenPort {self.listen_port} differs from this node's peer port "
                               f"{self.port} (one port serves both Raft peers and brokers)")
-        for name in ("scan_not_active_broker_interval_ms", "scan_inactive_master_interval_ms", "raft_tick_ms"):
+        for name in ("scan_not_active_broker_interval_ms", "scan_inactive_master_interval_ms", "raft_tick_ms",
+                     "raft_snapshot_every"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"controller: {_KEY_OF[name]} must be > 0")
         if self.elect_master_max_retry_count < 1:
@@ -120,6 +122,7 @@ CONF_KEYS: dict[str, str] = {
     "isProcessReadEvent": "is_process_read_event",
     "raftTickMs": "raft_tick_ms",
     "raftElectionTicks": "raft_election_ticks",
+    "raftSnapshotEvery": "raft_snapshot_every",
 }
 _KEY_OF: dict[str, str] = {}
 for _k, _f in CONF_KEYS.items():
@@ -128,7 +131,8 @@ for _k, _f in CONF_KEYS.items():
 # what UPDATE_CONTROLLER_CONFIG can never change, whatever configBlackList says: the Raft group and the socket
 _ALWAYS_BLACK = frozenset({"configBlackList", "configStorePath", "rocketmqHome", "controllerDLegerGroup",
                            "controllerDLegerPeers", "controllerDLegerSelfId", "controllerStorePath", "listenPort",
-                           "listenHost", "bindAddress", "raftTickMs", "raftElectionTicks"})
+                           "listenHost", "bindAddress", "raftTickMs", "raftElectionTicks",
+                           "raftSnapshotEvery"})
 
 # RocketMQ keys accepted without effect (thread pools, DLedger file sizes, jRaft, metrics, namesrv embedding)
 IGNORED_KEYS = frozenset({

@@ -64,7 +64,7 @@ class ControllerService:
             RaftConfig(config.controller_dleger_self_id, tuple(peers), election_ticks=config.raft_election_ticks,
                        tick_ms=config.raft_tick_ms),
             RaftStorage(os.path.join(config.controller_store_path, RAFT_DIR)), self.transport, self.sm,
-            rng=rng, clock=clock)
+            rng=rng, clock=clock, snapshot_every=config.raft_snapshot_every)
         self.server = RemotingServer(self.handle, config.listen_host, config.port, name="controller",
                                      on_close=self.on_channel_closed)
         self._write_lock = asyncio.Lock()

@@ -83,6 +83,7 @@ _IGNORED_KEYS = frozenset(
         "scanInactiveMasterInterval", "enableElectUncleanMaster", "notifyBrokerRoleChanged",
         "electMasterMaxRetryCount", "isProcessReadEvent", "controllerType", "controllerThreadPoolNums",
         "controllerRequestThreadPoolQueueCapacity", "mappedFileSize", "raftTickMs", "raftElectionTicks",
+        "raftSnapshotEvery",
     }
 )
 

@@ -133,7 +133,7 @@ class Controllers:
             conf = write_conf(d / "controller.conf", {
                 "controllerDLegerGroup": GROUP, "controllerDLegerPeers": peers, "controllerDLegerSelfId": node,
                 "controllerStorePath": str(d / "store"), "scanNotActiveBrokerInterval": 500,
-                "scanInactiveMasterInterval": 1000, **keys})
+                "scanInactiveMasterInterval": 1000, "raftSnapshotEvery": 4, **keys})
             self.procs[node] = ServerProcess.cli(["controller", "-c", str(conf)], d / "controller.log",
                                                  ports=[port], name=f"controller-{node}")
 
