@@ -14,7 +14,7 @@ import contextlib
 import logging
 import random
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from orbitmq.base.clock import REAL_CLOCK, Clock
 from orbitmq.raft.errors import NotLeaderError, RaftStoppedError
@@ -25,6 +25,7 @@ from orbitmq.raft.transport import RaftTransport
 
 log = logging.getLogger("orbitmq.raft")
 
+T = TypeVar("T")
 RoleListener = Callable[[Role, int, str], None]
 INBOX_LIMIT = 10_000  # inbound messages collected while a save runs; beyond it the oldest go (Raft resends)
 MAX_CATCHUP_TICKS = 3  # after a stall (a slow fsync), at most this many ticks at once
@@ -172,7 +173,7 @@ class RaftDriver:
             raise NotLeaderError(self._node.leader_id)
 
     @staticmethod
-    async def _wait(fut: asyncio.Future, timeout_ms: int, what: str):  # type: ignore[no-untyped-def,type-arg]
+    async def _wait(fut: asyncio.Future[T], timeout_ms: int, what: str) -> T:
         try:
             async with asyncio.timeout(timeout_ms / 1000.0):
                 return await asyncio.shield(fut)
@@ -326,15 +327,16 @@ class RaftDriver:
                 log.exception("raft %s: role listener failed", self.node_id)
 
     def _fail_requests(self, make_error: Callable[[], Exception]) -> None:
-        futs: list[asyncio.Future] = [f for _, f in self._pending.values()]  # type: ignore[type-arg]
-        futs += [f for _, f in self._proposals] + [f for _, f in self._new_reads]
-        futs += list(self._reads.values()) + [f for _, f in self._read_waits]
+        futs: list[asyncio.Future[object]] = [f for _, f in self._pending.values()]
+        futs += [f for _, f in self._proposals]
+        reads: list[asyncio.Future[None]] = [f for _, f in self._new_reads]
+        reads += list(self._reads.values()) + [f for _, f in self._read_waits]
         self._pending.clear()
         self._proposals.clear()
         self._new_reads.clear()
         self._reads.clear()
         self._read_waits.clear()
-        for f in futs:
+        for f in [*futs, *reads]:
             if not f.done():
                 f.set_exception(make_error())
 

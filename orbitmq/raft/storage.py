@@ -14,7 +14,9 @@ import re
 import struct
 import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from orbitmq.base import marks
 from orbitmq.base.errors import CorruptionError, StoreError
@@ -22,6 +24,11 @@ from orbitmq.base.invariant import check
 from orbitmq.raft.messages import Entry, HardState, Ready, Snapshot
 from orbitmq.store import Disk, MmapDisk, SegmentList
 
+if TYPE_CHECKING:
+    from orbitmq.store.disk import FileLock
+    from orbitmq.store.segment import Segment
+
+T = TypeVar("T")
 log = logging.getLogger("orbitmq.raft")
 
 # Log record: len u32 (of data), crc u32 (crc32 of the 16 bytes term+index, then of data), term u64, index u64, data
@@ -120,7 +127,7 @@ class RaftStorage:
         self.segment_size = segment_size
         self._log: SegmentList | None = None
         self._lock = threading.Lock()  # save() runs in a worker thread; load/close must not overlap it
-        self._file_lock: object | None = None
+        self._file_lock: FileLock | None = None
         self._hs = HardState()
         self._snap: Snapshot | None = None
         self._snap_kind = SNAP_COMPACTED
@@ -201,7 +208,7 @@ class RaftStorage:
             self._log.close()
             self._log = None
         if self._file_lock is not None:
-            self._file_lock.release()  # type: ignore[attr-defined]
+            self._file_lock.release()
             self._file_lock = None
 
     def status(self) -> dict[str, object]:
@@ -211,7 +218,7 @@ class RaftStorage:
                 "fsyncs": self.fsyncs}
 
     # ---- small files --------------------------------------------------------------------------------
-    def _read_small(self, name: str, decode):  # type: ignore[no-untyped-def]
+    def _read_small(self, name: str, decode: Callable[[bytes], T | None]) -> T | None:
         path = self._path(name)
         candidates = self.disk.read_small_with_backup(path)
         for i, raw in enumerate(candidates):
@@ -293,7 +300,7 @@ class RaftStorage:
                 end_offset = seg.start_offset + pos
         return _Scanned(records, end_offset, False, seg_max)
 
-    def _valid_after(self, segs: list, si: int, pos: int) -> bool:  # type: ignore[type-arg]
+    def _valid_after(self, segs: list[Segment], si: int, pos: int) -> bool:
         """Is there any valid record after the bad one at (segs[si], pos)? Later segments: any data at all
         counts (a segment only gets writes after the previous one was fsynced whole)."""
         seg = segs[si]
@@ -398,14 +405,14 @@ class RaftStorage:
         if seg is not None and pending:
             self._flush_into(seg, pending, top)
 
-    def _flush_into(self, seg, data: bytearray, top: int) -> None:  # type: ignore[no-untyped-def]
+    def _flush_into(self, seg: Segment, data: bytearray, top: int) -> None:
         start = seg.append(data)
         seg.backing.flush(start, start + len(data))
         seg.flushed_position = seg.wrote_position
         self.fsyncs += 1
         self._seg_max[seg.start_offset] = max(self._seg_max.get(seg.start_offset, 0), top)
 
-    def _roll(self):  # type: ignore[no-untyped-def]
+    def _roll(self) -> Segment:
         assert self._log is not None
         seg = self._log.roll(None if len(self._log) else self._next_roll)
         self._next_roll = None
@@ -421,7 +428,7 @@ def _decode_meta(raw: bytes) -> int | None:
     return size if magic == META_MAGIC and version == FORMAT_VERSION and size >= 4096 else None
 
 
-def _parse_record(buf, pos: int, size: int, head: bytes) -> tuple[Entry | None, str]:  # type: ignore[no-untyped-def]
+def _parse_record(buf: memoryview, pos: int, size: int, head: bytes) -> tuple[Entry | None, str]:
     n, crc, term, index = RECORD_HEAD.unpack(head)
     if index == 0:
         return None, "index 0"
