@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from orbitmq.base.clock import REAL_CLOCK, Clock
@@ -160,7 +162,7 @@ class ControllerService:
         return _fail(ResponseCode.CONTROLLER_NOT_LEADER,
                      f"The controller is not in leader state (leader {leader or 'unknown'} {addr})".rstrip())
 
-    async def read(self, fn: Any) -> ControllerResult:
+    async def read(self, fn: Callable[[], ControllerResult]) -> ControllerResult:
         """Linearizable read on the leader: read barrier, then `fn()` on the state."""
         if not self.is_serving:
             return self._not_leader()
@@ -170,10 +172,9 @@ class ControllerService:
             return self._not_leader()
         except TimeoutError:
             return _fail(ResponseCode.SYSTEM_ERROR, "controller read barrier timed out")
-        result: ControllerResult = fn()
-        return result
+        return fn()
 
-    async def write(self, fn: Any) -> ControllerResult:
+    async def write(self, fn: Callable[[], ControllerResult]) -> ControllerResult:
         """One write at a time: validate `fn()` against the current state, then replicate and apply its events."""
         if not self.is_serving:
             return self._not_leader()
@@ -183,7 +184,7 @@ class ControllerService:
                     if not self.is_serving:
                         return self._not_leader()
                     await self.driver.read_barrier(timeout_ms=WAIT_TIMEOUT_MS)
-                    result: ControllerResult = fn()
+                    result = fn()
                     for event in result.events:
                         await self.driver.propose(encode_event(event), timeout_ms=WAIT_TIMEOUT_MS)
                     return result
@@ -242,7 +243,7 @@ class ControllerService:
             if bri is None or not self.is_serving:
                 return
             h = ElectMasterRequestHeader(bri.cluster_name, broker_name, -1)
-            r = await self.write(lambda h=h: self.elect(h))  # type: ignore[misc]
+            r = await self.write(partial(self.elect, h))
             if r.ok:
                 log.info("elected id %s (%s) master of %s, epoch %s", r.header.get("masterBrokerId"),
                          r.header.get("masterAddress"), broker_name, r.header.get("masterEpoch"))
