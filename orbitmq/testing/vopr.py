@@ -126,8 +126,17 @@ def _snapshot_catchup(sim: RaftSim) -> None:
         raise sim.fail(f"{lag} caught up without a snapshot (compaction did not outrun it)")
 
 
+def _random_options(seed: int) -> SimOptions:
+    """Each random run draws its cluster size, disk speed, compaction rate and batching limits from the seed."""
+    r = random.Random(f"{seed}/options")
+    return SimOptions(nodes=r.choice((3, 3, 5)), fsync_max_ms=r.choice((0, 3, 3, 15)),
+                      compact_every=r.choice((5, 30, 30, 10_000)), max_append_entries=r.choice((1, 8, 64)),
+                      max_inflight_appends=r.choice((1, 4, 64)), election_ticks=r.choice((10, 10, 20)),
+                      pre_vote=r.random() < 0.8, check_quorum=r.random() < 0.8)
+
+
 SCENARIOS: dict[str, tuple[Callable[[RaftSim], None], Callable[[int], SimOptions]]] = {
-    "random": (_random, lambda seed: SimOptions(nodes=random.Random(f"{seed}/nodes").choice((3, 5)))),
+    "random": (_random, _random_options),
     "leader_partition": (_leader_partition, lambda seed: SimOptions(nodes=5)),
     "majority_crash": (_majority_crash, lambda seed: SimOptions(nodes=5)),
     "storm": (_storm, lambda seed: SimOptions(nodes=3)),
