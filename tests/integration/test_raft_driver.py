@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,13 +35,18 @@ TICK_MS = 50
 
 
 class KV:
-    """apply(b"k=v") sets k and returns "ok:k"; no-op entries (b"") return None."""
+    """apply(b"k=v") sets k and returns "ok:k"; no-op entries (b"") return None. With `seen` (shared by the
+    members of a cluster) it records the data applied at each index by any member (a test then checks that
+    every index carried one value only)."""
 
-    def __init__(self) -> None:
+    def __init__(self, seen: dict[int, set[bytes]] | None = None) -> None:
         self.data: dict[str, str] = {}
         self.restores = 0
+        self.seen = seen
 
     def apply(self, index: int, data: bytes) -> object:
+        if self.seen is not None:
+            self.seen.setdefault(index, set()).add(data)
         if not data:
             return None
         k, _, v = data.decode().partition("=")
@@ -58,8 +64,10 @@ class KV:
 class Member:
     """One controller-like process: a listening RemotingServer, and a RaftDriver when started."""
 
-    def __init__(self, node_id: str, root: Path, snapshot_every: int) -> None:
+    def __init__(self, node_id: str, root: Path, snapshot_every: int,
+                 seen: dict[int, set[bytes]] | None = None) -> None:
         self.node_id = node_id
+        self.seen = seen
         self.dir = str(root / node_id)
         self.snapshot_every = snapshot_every
         self.server = RemotingServer(self._handle, "127.0.0.1", 0, name=f"srv-{node_id}")
@@ -76,7 +84,7 @@ class Member:
     async def start(self, addrs: dict[str, str], storage: RaftStorage | None = None) -> None:
         if self.server._server is None:
             await self.server.start()
-        self.kv = KV()
+        self.kv = KV(self.seen)
         self.transport = RaftTransport(GROUP, self.node_id, addrs)
         cfg = RaftConfig(self.node_id, IDS, election_ticks=10, tick_ms=TICK_MS)
         self.driver = RaftDriver(cfg, storage or RaftStorage(self.dir, segment_size=64 * 1024), self.transport,
@@ -106,8 +114,9 @@ def leader_of(members: list[Member]) -> Member | None:
     return leaders[0] if len(leaders) == 1 else None
 
 
-async def cluster(root: Path, snapshot_every: int = 10_000) -> tuple[list[Member], dict[str, str]]:
-    members = [Member(i, root, snapshot_every) for i in IDS]
+async def cluster(root: Path, snapshot_every: int = 10_000,
+                  seen: dict[int, set[bytes]] | None = None) -> tuple[list[Member], dict[str, str]]:
+    members = [Member(i, root, snapshot_every, seen) for i in IDS]
     for m in members:
         await m.server.start()
     addrs = {m.node_id: f"127.0.0.1:{m.server.port}" for m in members}
@@ -362,5 +371,49 @@ def test_transport_bounds_queues_and_rejects_foreign_traffic(tmp_path: Path, cap
             await tr.stop()
             await server.stop()
         assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("raft-send")]
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_restarts_under_load_keep_every_acknowledged_write(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    seen: dict[int, set[bytes]] = {}
+
+    async def propose_until_acked(members: list[Member], key: str, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            leader = leader_of(members)
+            if leader is not None and leader.driver is not None:
+                try:
+                    assert await leader.driver.propose(f"{key}=1".encode(), 2000) == f"ok:{key}"
+                    return
+                except (NotLeaderError, TimeoutError):
+                    pass
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"seed {seed}: {key} never acknowledged")
+
+    async def go() -> None:
+        members, addrs = await cluster(tmp_path, snapshot_every=7, seen=seen)
+        acked: list[str] = []
+        try:
+            for rnd in range(6):
+                victim = rng.choice(members)  # stopped while this round's proposals are in flight
+                keys = [f"r{rnd}k{i}" for i in range(8)]
+                deadline = time.monotonic() + 30
+                batch = asyncio.gather(*(propose_until_acked(members, k, deadline) for k in keys))
+                await victim.stop()
+                await batch
+                acked.extend(keys)
+                await victim.start(addrs)
+            await wait_for(lambda: all(all(m.kv.data.get(k) == "1" for k in acked) for m in members), 20,
+                           f"seed {seed}: every acknowledged key on all three")
+            await wait_for(lambda: len({json.dumps(m.kv.data, sort_keys=True) for m in members}) == 1, 10,
+                           f"seed {seed}: identical state machines")
+            assert len(seen) > len(acked), "the applied-log check saw nothing"
+            split = {i: v for i, v in seen.items() if len(v) > 1}
+            assert not split, f"seed {seed}: members applied different data at the same index: {split}"
+        finally:
+            for m in members:
+                await m.stop()
 
     asyncio.run(go())
