@@ -29,7 +29,7 @@ class CrashDisk(SimDisk):
     """SimDisk that dies right after its `crash_at`-th mutating operation once armed (segment write, small file
     write, create, delete), keeping the image a power failure at that instant would leave."""
 
-    def __init__(self, seed: int, crash_at: int | None, mode: str) -> None:
+    def __init__(self, seed: int, crash_at: int | None = None, mode: str = "drop") -> None:
         super().__init__(seed)
         self.crash_at = crash_at
         self.mode = mode
@@ -171,8 +171,21 @@ def crash_and_check(seed: int, n_saves: int, crash_at: int, mode: str) -> None:
     if disk.image is None:  # the workload ended before that operation: crash after the last save
         disk.armed = False
         disk.crash(mode)
+        image = disk._crashed_image("drop")
     else:
-        disk = SimDisk.from_image(disk.image, seed)  # type: ignore[assignment]
+        image = disk.image
+    # recovery itself may write (tail truncation, log reset, meta): crash inside it too, at each of its
+    # operations in turn, and recover again from there
+    for k in range(1, 8):
+        redo = CrashDisk.from_image(image, seed, crash_at=k, mode=mode)
+        redo.armed = True
+        try:
+            check_recovered(RaftStorage(D, disk=redo, segment_size=SEG).load(), p, q)
+            break  # recovery needed fewer than k operations
+        except Crash:
+            assert redo.image is not None
+            check_recovered(RaftStorage(D, disk=SimDisk.from_image(redo.image, seed), segment_size=SEG).load(), p, q)
+    disk = SimDisk.from_image(image, seed)  # type: ignore[assignment]
     storage = RaftStorage(D, disk=disk, segment_size=SEG)
     loaded = storage.load()
     check_recovered(loaded, p, q)
