@@ -41,6 +41,8 @@ def test_every_field_survives() -> None:
     assert decode_message(encode_message(snap)) == snap
     assert decode_batch(encode_batch([m, snap, m])) == [m, snap, m]
     assert decode_batch(encode_batch([])) == []
+    raw = encode_batch([m, snap])
+    assert decode_batch(bytearray(raw)) == decode_batch(memoryview(raw)) == [m, snap]
 
 
 def test_unrepresentable_values_are_refused_at_encode() -> None:
