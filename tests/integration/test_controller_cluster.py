@@ -296,8 +296,10 @@ async def _scenario(ctl: Controllers) -> None:
         old_leader = leader
         old_node = next(n for n, a in ctl.addrs.items() if a == old_leader)
         ctl.procs[old_node].kill9()
+        killed_at = time.monotonic()
         survivors = [a for a in addrs if a != old_leader]
         leader = await find_leader(client, survivors)
+        print(f"controller leader kill -9 -> new serving leader: {time.monotonic() - killed_at:.2f} s")
         assert leader != old_leader
         header, sss = await replica_info(client, survivors)
         assert (header["masterBrokerId"], header["masterEpoch"]) == ("1", "1")
@@ -312,6 +314,7 @@ async def _scenario(ctl: Controllers) -> None:
 
         # the master dies: broker 3 has the best offset but is outside the SyncStateSet; broker 2 must win
         await brokers[0].die()
+        died_at = time.monotonic()
 
         async def new_master() -> bool:
             h, s = await replica_info(client, survivors)
@@ -322,6 +325,7 @@ async def _scenario(ctl: Controllers) -> None:
             return all(any(n.master_epoch == 2 and n.master_broker_id == 2 and n.master_address == brokers[1].addr
                            for n in b.notices) for b in brokers[1:])
         await wait_for("NOTIFY_BROKER_ROLE_CHANGED epoch 2 at brokers 2 and 3", notified_epoch_2)
+        print(f"master connection closed -> new master notified: {(time.monotonic() - died_at) * 1000:.0f} ms")
         bodies = [s for n, s in zip(brokers[1].notices, brokers[1].notice_bodies, strict=True) if n.master_epoch == 2]
         assert bodies[-1] == SyncStateSet(frozenset({2}), 4)
         assert not any(n.master_epoch == 2 for n in brokers[0].notices)  # a dead member is not notified
