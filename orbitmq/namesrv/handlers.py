@@ -127,7 +127,7 @@ class NamesrvHandlers:
                      shared: frozenset[int] = frozenset()) -> None:
         """Embedding hook (wired by the CLI, e.g. a controller in this process): requests with codes this name
         server does not handle go to `handler`, which answers them; codes in `shared` that it does handle are also
-        passed to `handler` after the name server answered (the handler's result is ignored: oneway use only)."""
+        passed to `handler` first, whose result is ignored (the name server answers; meant for oneway requests)."""
         self._fallback = handler
         self._shared_codes = shared
 
