@@ -75,6 +75,13 @@ class Member:
         self.driver: RaftDriver | None = None
         self.kv = KV()
         self.roles: list[tuple[Role, int, str]] = []
+        self.listening = False
+
+    async def listen(self) -> None:
+        """Start the server (port 0 the first time, then the same port again after a stop)."""
+        if not self.listening:
+            await self.server.start()
+            self.listening = True
 
     def _handle(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         if cmd.code == RequestCode.ORBIT_RAFT_MESSAGE and self.transport is not None:
@@ -82,8 +89,7 @@ class Member:
         return None if cmd.is_oneway else cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "no raft")
 
     async def start(self, addrs: dict[str, str], storage: RaftStorage | None = None) -> None:
-        if self.server._server is None:
-            await self.server.start()
+        await self.listen()
         self.kv = KV(self.seen)
         self.transport = RaftTransport(GROUP, self.node_id, addrs)
         cfg = RaftConfig(self.node_id, IDS, election_ticks=10, tick_ms=TICK_MS)
@@ -96,7 +102,7 @@ class Member:
         if self.driver is not None:
             await self.driver.stop()
         await self.server.stop()
-        self.server._server = None
+        self.listening = False
 
 
 async def wait_for(cond: Callable[[], object], timeout_s: float, what: str) -> object:
@@ -118,7 +124,7 @@ async def cluster(root: Path, snapshot_every: int = 10_000,
                   seen: dict[int, set[bytes]] | None = None) -> tuple[list[Member], dict[str, str]]:
     members = [Member(i, root, snapshot_every, seen) for i in IDS]
     for m in members:
-        await m.server.start()
+        await m.listen()
     addrs = {m.node_id: f"127.0.0.1:{m.server.port}" for m in members}
     for m in members:
         await m.start(addrs)
@@ -231,7 +237,7 @@ def test_slow_disk_one_save_at_a_time_and_input_keeps_flowing(tmp_path: Path) ->
     async def go() -> None:
         members = [Member(i, tmp_path, 10_000) for i in IDS]
         for m in members:
-            await m.server.start()
+            await m.listen()
         addrs = {m.node_id: f"127.0.0.1:{m.server.port}" for m in members}
         storages = {m.node_id: SlowStorage(m.dir) for m in members}
         for m in members:
@@ -263,7 +269,7 @@ class FailingStorage(RaftStorage):
 def test_storage_failure_stops_the_node_without_acknowledging(tmp_path: Path) -> None:
     async def go() -> None:
         m = Member("n0", tmp_path, 10_000)
-        await m.server.start()
+        await m.listen()
         storage = FailingStorage(m.dir)
         transport = RaftTransport(GROUP, "n0", {"n0": f"127.0.0.1:{m.server.port}"})
         m.transport = transport
