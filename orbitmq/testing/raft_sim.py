@@ -285,8 +285,11 @@ class RaftSim:
         assert n.raft is not None
         n.inflight = False
         old = n.durable.hard_state
+        old_snap = n.durable.snapshot.index if n.durable.snapshot is not None else 0
         n.durable.persist(rd)
         hs = n.durable.hard_state
+        if n.durable.snapshot is not None and n.durable.snapshot.index < old_snap:
+            raise self.fail(f"{n.id}: durable snapshot went back from {old_snap} to {n.durable.snapshot.index}")
         if hs.term < old.term or hs.commit < old.commit or (hs.term == old.term and old.vote not in ("", hs.vote)):
             raise self.fail(f"{n.id}: durable hard state went back {old} -> {hs}")
         for m in rd.messages:
