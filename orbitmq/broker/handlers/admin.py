@@ -314,7 +314,8 @@ def runtime_info(ctx: BrokerContext, boot_ms: int) -> dict[str, str]:
         "earliestMessageTimeStamp": str(earliest),
         "commitLogMinOffset": str(store.min_phys_offset),
         "commitLogMaxOffset": str(store.max_phys_offset),
-        "commitLogDiskRatio": str(_disk_ratio(os.path.join(root, "commitlog") if root else None)),
+        "commitLogDiskRatio": str(_disk_ratio(getattr(store_cfg, "commitlog_dir", None)  # storePathCommitLog
+                                              or (os.path.join(root, "commitlog") if root else None))),
         "consumeQueueDiskRatio": str(_disk_ratio(os.path.join(root, "consumequeue") if root else None)),
         # no executor queues or page-cache lock exist here: these waits are genuinely zero
         "sendThreadPoolQueueHeadWaitTimeMills": "0",
