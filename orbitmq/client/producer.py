@@ -391,6 +391,7 @@ class Producer:
                         raise NoRouteError(f"broker {mq.broker_name} has no master")
                 if sticky and not inst.remoting.is_connected(addr):
                     await inst.remoting.get_connection(addr, timeout)  # fails here: not sent, try another broker
+                    timeout = max(1, min(timeout, deadline - monotonic_ms()))  # the connect took its share
                 header = build_send_header(self._template(topic), mq.queue_id, req.sys_flag, now_ms(), req.flag,
                                            req.props, req.rt, req.mrt, req.batch, mq.broker_name)
                 sent = True
