@@ -89,7 +89,8 @@ class AutoSwitchHAServer:
         self.drop_connections()
         if self._server is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+                async with asyncio.timeout(2):
+                    await self._server.wait_closed()
 
     def bounds(self) -> LogBounds:
         st = self.store
@@ -123,7 +124,8 @@ class AutoSwitchHAServer:
         decoder = SlaveStreamDecoder()
         while True:
             try:
-                data = await asyncio.wait_for(reader.read(READ_SIZE), master.config.housekeeping_ms / 1000)
+                async with asyncio.timeout(master.config.housekeeping_ms / 1000):
+                    data = await reader.read(READ_SIZE)
             except TimeoutError:
                 log.warning("AutoSwitch HA slave silent for %d ms: closing", master.config.housekeeping_ms)
                 return
@@ -153,7 +155,8 @@ class AutoSwitchHAServer:
             if chunk is None:
                 wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), hb_s)
+                    async with asyncio.timeout(hb_s):
+                        await wake.wait()
                 continue
             data = self.store.read_commitlog(chunk.offset, chunk.size) if chunk.size else b""
             if chunk.size and not data:
@@ -215,7 +218,8 @@ class AutoSwitchHAClient:
     async def _session(self) -> str:
         """One connection; returns "data" (it carried data), "handshake" (no consistent point) or "idle"."""
         host, _, port = self.master_ha_addr.rpartition(":")
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 3)
+        async with asyncio.timeout(3):
+            reader, writer = await asyncio.open_connection(host, int(port))
         self._writer = writer
         self.connected = True
         self.connects += 1
@@ -227,7 +231,8 @@ class AutoSwitchHAClient:
             await writer.drain()
             while True:
                 try:
-                    data = await asyncio.wait_for(reader.read(READ_SIZE), slave.housekeeping_ms / 1000)
+                    async with asyncio.timeout(slave.housekeeping_ms / 1000):
+                        data = await reader.read(READ_SIZE)
                 except TimeoutError:
                     self.last_error = "master silent"
                     return "data" if got_data else "idle"
@@ -248,13 +253,13 @@ class AutoSwitchHAClient:
                     writer.write(encode_ack(offset))
                     slave.on_reported(offset, now)
                 self.store.replica.dispatch_complete()
+                # with the replica gate on, consumers of a slave see only what the master confirmed
+                self.store.replica.on_replicated(slave.confirm_offset)
                 await writer.drain()
         finally:
             self._writer = None
             self.store.replica.dispatch_complete()
             writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
 
     def _on_handshake(self, hs: MasterHandshake, writer: asyncio.StreamWriter, now: int) -> bool:
         store = self.store
@@ -326,10 +331,11 @@ class AutoSwitchHAService:
 
     async def _stop_roles(self) -> None:
         for task in (self._client_task, self._check_task):
-            if task is not None:
+            while task is not None and not task.done():
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                await asyncio.wait({task}, timeout=1)
+            if task is not None and not task.cancelled() and task.exception() is not None:
+                log.error("AutoSwitch HA task %s failed: %r", task.get_name(), task.exception())
         self._client_task = self._check_task = None
         if self.client is not None:
             self.client.close()

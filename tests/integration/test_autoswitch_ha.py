@@ -216,6 +216,7 @@ def test_all_ack_sync_puts_wait_for_the_whole_set(tmp_path: Path) -> None:
         try:
             await sa.change_to_master(1, {1, 2, 3}, 1)
             a.replica.set_policy(wait_ms=5000, gate_visibility=True, available=None)
+            b.replica.set_policy(wait_ms=0, gate_visibility=True, available=None)  # slave: readUnCommitted=false
             await sb.change_to_slave(addr(sa), 1, 2)
             await sc.change_to_slave(addr(sa), 1, 3)
             assert sa.needed_acks() == -1 and sa.check_put() is None
@@ -225,15 +226,19 @@ def test_all_ack_sync_puts_wait_for_the_whole_set(tmp_path: Path) -> None:
             assert sa.confirm_offset >= r.phys_offset + r.wrote_bytes
             assert b.max_phys_offset >= sa.confirm_offset and c.max_phys_offset >= sa.confirm_offset
             assert a.get_max_offset_in_queue("AS", 0) == 1  # visible: the whole set has it
+            await wait_until(lambda: b.get_max_offset_in_queue("AS", 0) == 1, "visible on the gated slave")
             ctl.paused = True
             await sc.suspend()
             a.replica.wait_ms = 300
             r2 = await a.put_messages([msg])
             assert r2.status is PutStatus.FLUSH_SLAVE_TIMEOUT
             assert a.get_max_offset_in_queue("AS", 0) == 1  # not visible while member 3 may lack it
+            assert b.max_phys_offset == a.max_phys_offset  # the slave has the bytes ...
+            assert b.get_max_offset_in_queue("AS", 0) == 1  # ... but its consumers do not see them either
             ctl.epoch += 1
             sa.set_sync_state_set({1, 2}, ctl.epoch)  # the controller removes 3
             await wait_until(lambda: a.get_max_offset_in_queue("AS", 0) == 2, "visible once {1, 2} acked")
+            await wait_until(lambda: b.get_max_offset_in_queue("AS", 0) == 2, "and on the slave")
         finally:
             for st, svc in nodes:
                 await close_node(st, svc)
