@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
-from orbitmq.raft.messages import Role
+from orbitmq.raft.messages import MsgType, Role
 from orbitmq.testing.raft_sim import RaftSim, SimFailure, SimOptions
 from orbitmq.testing.sim_net import CALM, LinkSpec
 
@@ -135,11 +135,61 @@ def _random_options(seed: int) -> SimOptions:
                       pre_vote=r.random() < 0.8, check_quorum=r.random() < 0.8)
 
 
+def _figure8(sim: RaftSim) -> None:
+    """Raft paper Figure 8: an old-term entry on a quorum must not be committed by counting. Leader A's entry
+    reaches only B; the others elect X, whose entries at the same index stay local; A (or B) comes back, and
+    the moment its commit covers that index it is crashed, B is cut off, and X returns. With the commit rule
+    X cannot win; without it X wins with the two others and erases a committed entry."""
+    sim.check_liveness("boot")
+    first = sim.leader()
+    assert first is not None and first.raft is not None
+    ids = list(sim.nodes)
+    b = next(i for i in ids if i != first.id)
+    rest = [i for i in ids if i not in (first.id, b)]
+    target = max(n.raft.commit_index for n in sim.alive() if n.raft is not None) + 1
+    sim.net.partition([first.id, b], rest)
+    for x in rest:                                     # the other side elects X, whose entries stay local
+        for y in ids:
+            sim.net.drop_types(x, y, (MsgType.APPEND,))
+    sim.run_for(100)                                   # A's proposals reach B only
+    sim.crash(first.id)
+    x_leader = _wait_leader(sim, rest, 2000)
+    if x_leader is None:
+        return
+    sim.run_for(150)
+    sim.crash(x_leader)
+    sim.net.heal()
+    sim.restart(first.id)
+    a = _wait_leader(sim, [first.id, b], 3000)
+    if a is not None:
+        ld = sim.nodes[a]
+        if sim.run_until(lambda: ld.raft is not None and ld.raft.commit_index >= target, 2000):
+            other = b if a == first.id else first.id    # B is cut off too: X needs exactly the other two
+            sim.net.partition([a], [other], [i for i in ids if i not in (a, other)])
+            sim.crash(a)
+    sim.restart(x_leader)
+    sim.run_for(2000)
+    sim.calm()
+    sim.check_liveness("end")
+
+
+def _wait_leader(sim: RaftSim, among: list[str], ms: int) -> str | None:
+    def found() -> bool:
+        return any(sim.nodes[i].raft is not None and sim.nodes[i].raft.role == Role.LEADER  # type: ignore[union-attr]
+                   for i in among)
+    if not sim.run_until(found, ms):
+        return None
+    return next(i for i in among if sim.nodes[i].raft is not None
+                and sim.nodes[i].raft.role == Role.LEADER)  # type: ignore[union-attr]
+
+
 SCENARIOS: dict[str, tuple[Callable[[RaftSim], None], Callable[[int], SimOptions]]] = {
     "random": (_random, _random_options),
     "leader_partition": (_leader_partition, lambda seed: SimOptions(nodes=5)),
     "majority_crash": (_majority_crash, lambda seed: SimOptions(nodes=5)),
     "storm": (_storm, lambda seed: SimOptions(nodes=3)),
+    "figure8": (_figure8, lambda seed: SimOptions(nodes=5, max_append_entries=1, max_inflight_appends=1,
+                                                  fsync_max_ms=0, compact_every=10_000)),
     "snapshot_catchup": (_snapshot_catchup, lambda seed: SimOptions(nodes=3, compact_every=10)),
 }
 
