@@ -89,6 +89,10 @@ class RaftNode:
 
     # --- read-only state -------------------------------------------------------------------------------
     @property
+    def config(self) -> RaftConfig:
+        return self._cfg
+
+    @property
     def vote(self) -> str:
         return self._vote
 

@@ -46,6 +46,7 @@ def test_snapshot_catchup_really_installs_snapshots() -> None:
     assert sim.stats["snap_installs"] >= 1
 
 
+@pytest.mark.timeout(600)
 def test_sweep_random_chaos() -> None:
     _report(*vopr.sweep(range(FIRST, FIRST + CI_SWEEP)))
 
@@ -56,6 +57,7 @@ def test_sweep_scenario(scenario: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(7200)
 def test_soak_many_seeds() -> None:
     _report(*vopr.sweep(range(FIRST + 1_000_000, FIRST + 1_020_000)))
     for scenario in SCENARIOS:

@@ -44,7 +44,7 @@ def resp(kind: MsgType, src: str, dst: str, term: int, **kw: object) -> Message:
 
 def elect(node: RaftNode) -> None:
     """Drive `node` (n0 of PEERS) to leadership with n1's help."""
-    tick_n(node, node._cfg.election_ticks)
+    tick_n(node, node.config.election_ticks)
     take(node)
     node.step(resp(MsgType.PRE_VOTE_RESP, "n1", node.node_id, node.term + 1))
     take(node)

@@ -41,7 +41,7 @@ def sent(rd: Ready, kind: MsgType, dst: str | None = None) -> list[Message]:
 
 
 def elect(node: RaftNode) -> None:
-    for _ in range(node._cfg.election_ticks):
+    for _ in range(node.config.election_ticks):
         node.tick()
     take(node)
     node.step(Message(MsgType.PRE_VOTE_RESP, "n1", node.node_id, node.term + 1))
