@@ -565,13 +565,18 @@ class RaftNode:
                 for pr in self._progress.values():
                     pr.recent_active = False
             self._transferee = ""
-        stall = max(2, self._cfg.election_ticks // 2)
         for pr in self._progress.values():
-            if pr.state == ProgressState.SNAPSHOT or (pr.state == ProgressState.REPLICATE and pr.inflight):
-                pr.stalled_ticks += 1
-                if pr.stalled_ticks > stall:   # the snapshot or the APPENDs are presumed lost: probe again
-                    pr.become_probe()
-                    pr.next = pr.match + 1
+            if pr.state == ProgressState.SNAPSHOT:
+                limit = 2 * self._cfg.election_ticks
+            elif pr.state == ProgressState.REPLICATE and pr.inflight:
+                limit = max(2, self._cfg.election_ticks // 2)
+            else:
+                pr.stalled_ticks = 0
+                continue
+            pr.stalled_ticks += 1
+            if pr.stalled_ticks > limit:   # the snapshot or the APPENDs are presumed lost: probe again
+                pr.become_probe()
+                pr.next = pr.match + 1
         if self._heartbeat_elapsed >= self._cfg.heartbeat_ticks:
             self._heartbeat_elapsed = 0
             self._bcast_heartbeat(self._reads.latest_ctx())
