@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orbitmq.base.clock import REAL_CLOCK, Clock
-from orbitmq.base.errors import OrbitMQError
+from orbitmq.base.errors import InvariantError, OrbitMQError
 from orbitmq.base.invariant import check
 from orbitmq.replication.autoswitch_frames import (
     Ack,
@@ -110,6 +110,8 @@ class AutoSwitchHAServer:
                 read_task = tg.create_task(self._read_loop(master, cid, reader, writer, wake))
                 write_task = tg.create_task(self._write_loop(master, cid, writer, wake))
                 read_task.add_done_callback(lambda _t: write_task.cancel())
+        except* InvariantError as eg:
+            log.error("AutoSwitch HA master: broken invariant, connection dropped: %r", eg.exceptions[0])
         except* (OSError, asyncio.IncompleteReadError, OrbitMQError) as eg:
             log.info("AutoSwitch HA slave connection ended: %r", eg.exceptions[0])
         finally:
@@ -203,7 +205,8 @@ class AutoSwitchHAClient:
             except (OSError, asyncio.IncompleteReadError, OrbitMQError) as e:
                 outcome = "error"
                 self.last_error = repr(e)
-                log.info("AutoSwitch HA connection to %s ended: %r", self.master_ha_addr, e)
+                level = logging.ERROR if isinstance(e, InvariantError) else logging.INFO
+                log.log(level, "AutoSwitch HA connection to %s ended: %r", self.master_ha_addr, e)
             finally:
                 self.connected = False
                 self.slave.on_disconnected()
