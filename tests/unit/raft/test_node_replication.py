@@ -254,3 +254,22 @@ def test_commit_is_never_beyond_what_the_follower_holds() -> None:
     f = mk("n1", hard_state=HardState(1, "", 0), entries=[Entry(1, 1), Entry(1, 2), Entry(1, 3)])
     f.step(Message(MsgType.APPEND, "n0", "n1", 1, log_index=1, log_term=1, commit=9))
     assert f.commit_index == 1                         # only what this APPEND proved to match
+
+
+def test_lost_appends_are_resent_after_a_stall() -> None:
+    ld = mk(election_ticks=10)
+    elect(ld)
+    take(ld)
+    ld.step(Message(MsgType.APPEND_RESP, "n1", "n0", 1, index=1))   # n1 -> replicate
+    take(ld)
+    ld.propose(b"a")
+    (lost,) = sent(take(ld), MsgType.APPEND, "n1")                    # never delivered
+    assert lost.log_index == 1
+    for _ in range(5):
+        ld.tick()
+        ld.step(Message(MsgType.HEARTBEAT_RESP, "n1", "n0", 1))
+        assert not sent(take(ld), MsgType.APPEND, "n1")              # still trusting the pipeline
+    ld.tick()
+    ld.step(Message(MsgType.HEARTBEAT_RESP, "n1", "n0", 1))
+    (again,) = sent(take(ld), MsgType.APPEND, "n1")
+    assert again.log_index == 1 and [e.data for e in again.entries] == [b"a"]
