@@ -199,7 +199,12 @@ def run_seed(seed: int, scenario: str = "random", *, options: SimOptions | None 
     """One deterministic run; raises SimFailure (message includes the replay command) on any violation."""
     body, make_opts = SCENARIOS[scenario]
     sim = RaftSim(seed, options or make_opts(seed), scenario=scenario, trace=trace)
-    body(sim)
+    try:
+        body(sim)
+    except SimFailure:
+        raise
+    except Exception as e:   # a crash of the core or the harness is a failure of this seed too
+        raise sim.fail(f"unexpected {type(e).__name__}: {e}") from e
     return sim
 
 
