@@ -139,13 +139,19 @@ def test_failover_truncates_the_old_masters_divergent_tail(tmp_path: Path) -> No
             await sc.change_to_slave(addr(sa), 1, 3)
             put(a, 120, "one")
             await wait_until(lambda: b.max_phys_offset == c.max_phys_offset == a.max_phys_offset, "replicated")
-            common = a.max_phys_offset
-            # partition: the slaves stop following, the old master keeps writing (never replicated)
-            await sb.suspend()
+            behind = a.max_phys_offset
+            # C drops out; B gets 10 more messages, beyond the confirm offset (C is still a member)
+            ctl.paused = True
             await sc.suspend()
+            put(a, 10, "mid")
+            await wait_until(lambda: b.max_phys_offset == a.max_phys_offset, "B has the 10")
+            common = a.max_phys_offset
+            assert sa.confirm_offset == behind < common
+            # partition: B stops following too, the old master keeps writing (never replicated)
+            await sb.suspend()
             put(a, 30, "lost")
             assert a.max_phys_offset > common
-            # B is elected (epoch 2): it keeps its valid data and records (2, its max offset)
+            # B is elected (epoch 2): it keeps its data beyond the old confirm offset, records (2, its max)
             await sa.suspend()
             await sb.change_to_master(2, {2, 3}, 2)
             assert b.max_phys_offset == common and b.epoch_entries == [(1, 0), (2, common)]
@@ -161,7 +167,7 @@ def test_failover_truncates_the_old_masters_divergent_tail(tmp_path: Path) -> No
             assert same_bytes(a, b, sb.confirm_offset) and same_bytes(c, b, sb.confirm_offset)
             # the ConsumeQueue of the old master no longer holds the lost messages
             total = sum(a.get_max_offset_in_queue("AS", q) for q in range(4))
-            assert total == 170
+            assert total == 180
             # a stale role change is refused
             with pytest.raises(ValueError):
                 await sa.change_to_master(1, {1}, 9)
