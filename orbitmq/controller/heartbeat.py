@@ -92,6 +92,12 @@ class BrokerLiveTable:
             del self._table[info.key]
         return gone
 
+    def extend_all(self, now_ms: int) -> None:
+        """A new leader starts every known broker's timeout afresh: its table may hold old heartbeats of a broker that
+        could not reach it while it was a follower, and a master's lease was renewed by the previous leader."""
+        for info in self._table.values():
+            info.last_update_ms = max(info.last_update_ms, now_ms)
+
     def remove(self, cluster_name: str, broker_name: str, broker_id: int) -> None:
         self._table.pop((cluster_name, broker_name, broker_id), None)
 

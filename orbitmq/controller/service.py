@@ -75,6 +75,7 @@ class ControllerService:
         self._scan_task: asyncio.Task[None] | None = None
         self._elections: dict[str, asyncio.Task[None]] = {}
         self._started_ms = 0
+        self._serving_since_ms = 0
         self._started = False
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
@@ -149,6 +150,8 @@ class ControllerService:
             except TimeoutError:
                 continue
             if self.driver.is_leader and self.driver.term == term:
+                self._serving_since_ms = self.clock.monotonic_ms()
+                self.live.extend_all(self._serving_since_ms)
                 self._ready_term = term
                 log.info("controller %s is the leader of term %d and serving", self.config.controller_dleger_self_id,
                          term)
@@ -274,8 +277,11 @@ class ControllerService:
     def _check_reelect(self) -> None:
         if not self.is_serving:
             return
-        if self.clock.monotonic_ms() - self._started_ms < DEFAULT_HEARTBEAT_TIMEOUT_MS:
-            return  # start-up grace: brokers may not have reached this controller yet
+        since = max(self._started_ms, self._serving_since_ms)
+        if self.clock.monotonic_ms() - since < DEFAULT_HEARTBEAT_TIMEOUT_MS:
+            # grace after start-up and after each leadership change: brokers may not have reached this controller
+            # yet, and a master's lease granted through the previous leader must run out before it is replaced
+            return
         for name in self.state.scan_need_reelect(self.alive, unclean=self.config.enable_elect_unclean_master):
             self.trigger_election(name)
 
@@ -289,7 +295,9 @@ class ControllerService:
             try:
                 if now >= next_expire:
                     next_expire = now + self.config.scan_not_active_broker_interval_ms
-                    for info in self.live.scan_expired(now):
+                    # only the serving leader expires entries: a follower keeps what it heard, so that when it
+                    # becomes leader extend_all() gives every known broker a fresh timeout
+                    for info in (self.live.scan_expired(now) if self.is_serving else ()):
                         log.info("broker %s id %d (%s): heartbeat expired", info.broker_name, info.broker_id,
                                  info.broker_addr)
                         self._broker_inactive(info)

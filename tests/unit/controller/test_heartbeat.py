@@ -66,3 +66,16 @@ def test_returning_after_expiry_counts_as_new() -> None:
     assert beat(t, 1, 100, timeout_ms=10) is True
     t.remove(C, B, 1)
     assert not t.is_alive(C, B, 1, 100)
+
+
+def test_new_leader_gives_every_known_broker_a_fresh_timeout() -> None:
+    t = BrokerLiveTable()
+    beat(t, 1, 0, timeout_ms=1000)      # heard long ago (e.g. before a partition from this controller)
+    beat(t, 2, 5000, timeout_ms=1000)   # heard recently
+    assert not t.is_alive(C, B, 1, 5000)
+    t.extend_all(5000)                  # this controller starts serving as leader at t=5000
+    assert t.is_alive(C, B, 1, 6000) and not t.is_alive(C, B, 1, 6001)
+    assert t.scan_expired(6000) == []
+    beat(t, 2, 5500, timeout_ms=1000)
+    t.extend_all(5200)                  # never moves a newer heartbeat back
+    assert t.get(C, B, 2).last_update_ms == 5500
