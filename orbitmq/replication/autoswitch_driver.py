@@ -372,8 +372,9 @@ class AutoSwitchHAService:
         end = store.truncate_invalid()
         cache = EpochCache(store.epoch_entries)
         cache.truncate_suffix_by_offset(end + 1)  # entries starting past the end (an empty one AT it stays)
-        cache.truncate_suffix_by_epoch(epoch)
-        check(cache.append(epoch, end), f"epoch ({epoch}, {end}) cannot follow {cache.entries[-2:]}")
+        if cache.newest != epoch:  # the same epoch again (a restarted master) keeps its start offset
+            cache.truncate_suffix_by_epoch(epoch)
+            check(cache.append(epoch, end), f"epoch ({epoch}, {end}) cannot follow {cache.entries[-2:]}")
         store.replace_epochs(list(cache.entries))
         mc = MasterConfig(store.config.mapped_file_size_commitlog, self.config.batch_size, self.config.heartbeat_ms,
                           self.config.housekeeping_ms, self.config.max_time_slave_not_catchup_ms,

@@ -190,6 +190,11 @@ def test_restart_keeps_epochs_and_rejoin_without_truncation(tmp_path: Path) -> N
             await close_node(b, sb)
             b, sb = await open_node(tmp_path / "b", 2, ctl)
             assert b.epoch_entries == [(3, 0)]
+            # the master restarts and the controller keeps it master of epoch 3: the epoch keeps its start
+            await close_node(a, sa)
+            a, sa = await open_node(tmp_path / "a", 1, ctl)
+            await sa.change_to_master(3, {1}, 1)
+            assert a.epoch_entries == [(3, 0)]
             put(a, 10, "s")
             await sb.change_to_slave(addr(sa), 3, 2)
             await wait_until(lambda: b.max_phys_offset == a.max_phys_offset, "caught up after restart")
