@@ -95,6 +95,7 @@ class AutoSwitchSlave:
         self.epochs.entries = list(t.epochs)
         if t.truncate_to >= 0:
             self.truncations += 1
+        self.confirm_offset = min(self.confirm_offset, t.report_offset)  # never past what we still hold
         self.state = HAState.TRANSFER
 
     # ---- transfer ---------------------------------------------------------------------------------------

@@ -34,8 +34,10 @@ def test_divergent_tail_is_cut_at_the_consistent_point():
     s = connected([(1, 0), (2, 1000)])
     t = s.on_master_handshake(MasterHandshake(2000, 3, ((1, 0), (2, 1000), (3, 1200))), 1500, 0)
     assert t.ok and t.truncate_to == 1200 and t.report_offset == 1200 and t.epochs == ((1, 0), (2, 1000))
+    s.confirm_offset = 1400  # confirmed by our own term as master
     s.truncated(t)
     assert s.truncations == 1 and s.epochs.entries == [(1, 0), (2, 1000)]
+    assert s.confirm_offset == 1200
 
 
 def test_epoch_the_master_never_had_is_dropped():
