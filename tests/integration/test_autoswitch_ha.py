@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from orbitmq.replication.autoswitch_driver import AutoSwitchConfig, AutoSwitchHAService
+from orbitmq.replication.autoswitch_frames import (
+    MasterHandshake,
+    MasterStreamDecoder,
+    SlaveHandshake,
+    encode_ack,
+    encode_slave_handshake,
+)
 from orbitmq.store import MessageInner, MessageStore, PutStatus, StoreConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -253,4 +261,36 @@ def test_all_ack_sync_puts_wait_for_the_whole_set(tmp_path: Path) -> None:
         finally:
             for st, svc in nodes:
                 await close_node(st, svc)
+    asyncio.run(go())
+
+
+def test_member_that_stops_acking_is_shrunk_by_time(tmp_path: Path) -> None:
+    """A member keeps its connection open but stops acking: after haMaxTimeSlaveNotCatchup the master proposes
+    the set without it (the connection itself is still there)."""
+    async def go() -> None:
+        ctl = Controller()
+        ctl.paused = True
+        a, sa = await open_node(tmp_path / "a", 1, ctl)
+        sa.config = replace(CONF, max_time_slave_not_catchup_ms=400, housekeeping_ms=30_000)
+        reader, writer = None, None
+        try:
+            await sa.change_to_master(1, {1, 7}, 1)
+            reader, writer = await asyncio.open_connection(HOST, sa.port)
+            writer.write(encode_slave_handshake(SlaveHandshake(False, False, 7)))
+            dec = MasterStreamDecoder()
+            items: list[object] = []
+            while not items:
+                items += dec.feed(await reader.read(65536))
+            assert isinstance(items[0], MasterHandshake) and items[0].entries == ((1, 0),)
+            writer.write(encode_ack(0))  # caught up with an empty master
+            await writer.drain()
+            await wait_until(lambda: any(c.caught_up_ms for c in sa.master.conns.values()), "member caught up")
+            assert sa.master.proposed is None
+            put(a, 20, "z")  # streamed to the member, which never acks again
+            await wait_until(lambda: sa.master.proposed == {1}, "shrink proposed", timeout=10)
+            assert len(sa.master.conns) == 1 and sa.confirm_offset == 0  # still connected; confirm held at its ack
+        finally:
+            if writer is not None:
+                writer.close()
+            await close_node(a, sa)
     asyncio.run(go())
