@@ -201,6 +201,9 @@ class NamesrvHandlers:
             now_ms=self.clock.monotonic_ms(), channel=conn, filter_servers=filter_servers,
             heartbeat_timeout_ms=heartbeat_timeout_ms, enable_acting_master=enable_acting_master,
         )
+        if result.rejected_by is not None:
+            log.warning("REGISTER_BROKER %s id=0 %s refused: master %s has a higher stateVersion (master epoch) "
+                        "than %d", broker_name, broker_addr, result.rejected_by, stamp[2])
         if result.first_registration:
             log.info("new broker registered: %s id=%d %s cluster=%s (%d topics)", broker_name, broker_id,
                      broker_addr, cluster, len(topic_configs))

@@ -24,6 +24,11 @@ VersionStamp = tuple[int, ...]
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
 
 
+def state_version(stamp: VersionStamp | None) -> int:
+    """A DataVersion stamp's stateVersion (the broker's master epoch in controller mode; 0 when absent)."""
+    return stamp[2] if stamp is not None and len(stamp) > 2 else 0
+
+
 @dataclass(slots=True)
 class QueueInfo:
     """QueueData of one broker group for one topic."""
@@ -69,6 +74,7 @@ class RegisterResult:
     master_addr: str | None = None
     first_registration: bool = False
     queue_data_rebuilt: bool = False
+    rejected_by: str | None = None  # #6316: the live master (higher stateVersion) this registration lost to
 
 
 @dataclass(slots=True)
@@ -140,7 +146,17 @@ class RouteTable:
     ) -> RegisterResult:
         """REGISTER_BROKER. Queue data is rebuilt from a master's topics on its first registration or when
         its DataVersion differs from the one last seen for this address. `heartbeat_timeout_ms` (RIP-32) is
-        this broker's own expiry time; `enable_acting_master` makes it a recipient of min-id notices."""
+        this broker's own expiry time; `enable_acting_master` makes it a recipient of min-id notices.
+
+        Master epoch fencing (#6316): a registration as id 0 of a group whose id 0 is another live address with a
+        higher DataVersion stateVersion (the master epoch in controller mode) is refused: the table forgets the
+        registrant's address (like Java) and returns `rejected_by` = the holder's address."""
+        if broker_id == MASTER_ID:
+            holder = self._stronger_master(broker_name, broker_addr, data_version, now_ms)
+            if holder is not None:
+                if broker_addr in self._live:
+                    self._remove_addr(broker_addr)
+                return RegisterResult(rejected_by=holder)
         result = RegisterResult()
         prev = self._live.get(broker_addr)
         if prev is not None and prev.broker_name != broker_name:
@@ -193,6 +209,19 @@ class RouteTable:
         self._check_group(broker_name)
         self._note_min_member(broker_name, offline_addr=replaced, registrant=broker_addr)
         return result
+
+    def _stronger_master(self, broker_name: str, broker_addr: str, data_version: VersionStamp | None,
+                         now_ms: int) -> str | None:
+        """The address of the group's current id 0 when it is another, unexpired broker whose stateVersion is
+        higher than `data_version`'s; None when the registration may take id 0."""
+        group = self._groups.get(broker_name)
+        holder = None if group is None else group.addrs.get(MASTER_ID)
+        if holder is None or holder == broker_addr:
+            return None
+        live = self._live.get(holder)
+        if live is None or live.last_update_ms < now_ms - self.timeout_of(live):
+            return None  # silent past its expiry time: the next scan removes it anyway
+        return holder if state_version(live.data_version) > state_version(data_version) else None
 
     def _rebuild_queue_data(self, broker_name: str, topic_configs: Iterable[TopicConfig]) -> None:
         seen: set[str] = set()
