@@ -396,7 +396,8 @@ def cluster_rows(members: list[tuple[str, str, int, str]], infos: list[dict[str,
 @click.command("clusterList")
 @common_options
 def cluster_list(namesrv: str, json_mode: bool, timeout_ms: int) -> None:
-    """Every broker of every cluster: version, throughput, role, replication lag, RIP-32 acting-master state."""
+    """Every broker of every cluster: version, throughput, role, replication lag, RIP-32 acting-master state;
+    in controller mode also the master epoch and SyncStateSet membership (when the brokers report them)."""
     out = Output(json_mode)
 
     async def action(s: AdminSession) -> None:
@@ -413,7 +414,11 @@ def cluster_list(namesrv: str, json_mode: bool, timeout_ms: int) -> None:
                 return {}
 
         infos = await asyncio.gather(*(runtime(m[3]) for m in members))
-        out.table("clusters", CLUSTER_COLUMNS, cluster_rows(members, infos),
+        from orbitmq.cli.controller_admin import EPOCH_COLUMNS, epoch_columns  # imports this module
+
+        rows, extra = cluster_rows(members, infos), epoch_columns(members, infos)
+        columns = CLUSTER_COLUMNS + (EPOCH_COLUMNS if extra else [])
+        out.table("clusters", columns, [r + e for r, e in zip(rows, extra, strict=True)] if extra else rows,
                   numeric=("BID", "inTPS", "outTPS", "putToday", "getToday", "lagBytes"))
 
     run_admin(namesrv, timeout_ms, action)

@@ -20,6 +20,7 @@ from orbitmq.cli.broker import broker_command
 from orbitmq.cli.clientcmds import consume_command, produce_command
 from orbitmq.cli.cluster import cluster_group
 from orbitmq.cli.controller import controller_command
+from orbitmq.cli.controller_admin import CONTROLLER_ADMIN_COMMANDS
 from orbitmq.cli.logging_setup import setup_logging
 from orbitmq.cli.namesrv import namesrv_command
 from orbitmq.cli.standalone import standalone_command
@@ -69,7 +70,7 @@ def main(ctx: click.Context, log_level: str | None, log_file: str | None, debug:
 
 
 for _cmd in (namesrv_command, broker_command, standalone_command, produce_command, consume_command, bench_group,
-             cluster_group, controller_command, *ADMIN_COMMANDS):
+             cluster_group, controller_command, *ADMIN_COMMANDS, *CONTROLLER_ADMIN_COMMANDS):
     main.add_command(_cmd)
 
 
