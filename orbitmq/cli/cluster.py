@@ -1,9 +1,11 @@
 """`orbitmq cluster init DIR` / `orbitmq cluster -d DIR`: a local multi-process cluster from a config folder.
 
-The folder holds one sub-folder per member: `namesrv-<i>/namesrv.conf` and `<brokerName>-<brokerId>/broker.conf`
-(paths inside are relative to the member folder, so the folder can move). `init` writes 2 name servers and 2
-broker groups of master + slave; `-d` starts every member as its own process (name servers first), logs to
-`<member>/<member>.log`, and stops them all (reverse order) on Ctrl-C / SIGTERM.
+The folder holds one sub-folder per member: `controller-<id>/controller.conf`, `namesrv-<i>/namesrv.conf` and
+`<brokerName>-<i>/broker.conf` (paths inside are relative to the member folder, so the folder can move). `init`
+writes 2 name servers and 2 broker groups of master + slave; `init --mode controller` writes 3 RIP-44 controllers,
+1 name server and 2 broker groups of 3 controller-mode replicas. `-d` starts every member as its own process
+(controllers, then name servers, then brokers), logs to `<member>/<member>.log`, and stops them all (reverse
+order) on Ctrl-C / SIGTERM.
 """
 
 from __future__ import annotations
@@ -58,14 +60,55 @@ def init_cluster(directory: Path, *, namesrv_port: int = 9876, broker_port: int 
     return written
 
 
+def init_controller_cluster(directory: Path, *, namesrv_port: int = 9876, broker_port: int = 10911,
+                            controller_port: int = 9878, ip: str = "127.0.0.1", cluster_name: str = "DefaultCluster",
+                            groups: int = 2, replicas: int = 3, commitlog_size: int = 256 * 1024 * 1024,
+                            controllers: int = 3) -> list[Path]:
+    """RIP-44 layout: `controllers` controllers (one Raft group; ports controller_port, +1, ...), one name server,
+    and `groups` broker groups of `replicas` controller-mode brokers (brokerId=-1: the controller assigns ids and
+    elects the master). Broker ports step by 10 (each broker uses port-2 .. port+1, haListenPort = port+1)."""
+    if directory.exists() and any(directory.iterdir()):
+        raise CliError(f"{directory} is not empty", EXIT_FAILURE)
+    written: list[Path] = []
+    peers = ";".join(f"n{i}-{ip}:{controller_port + i}" for i in range(controllers))
+    for i in range(controllers):
+        conf = directory / f"controller-n{i}" / "controller.conf"
+        _write(conf, {"controllerDLegerGroup": "OrbitController", "controllerDLegerPeers": peers,
+                      "controllerDLegerSelfId": f"n{i}", "controllerStorePath": "store"})
+        written.append(conf)
+    conf = directory / "namesrv-0" / "namesrv.conf"
+    _write(conf, {"listenPort": namesrv_port, "kvConfigPath": "kvConfig.json"})
+    written.append(conf)
+    controller_addr = ";".join(f"{ip}:{controller_port + i}" for i in range(controllers))
+    port = broker_port
+    for g in range(groups):
+        name = f"broker-{chr(ord('a') + g)}"
+        for i in range(replicas):
+            conf = directory / f"{name}-{i}" / "broker.conf"
+            _write(conf, {
+                "brokerClusterName": cluster_name, "brokerName": name, "brokerId": -1, "brokerIP1": ip,
+                "listenPort": port, "haListenPort": port + 1, "namesrvAddr": f"{ip}:{namesrv_port}",
+                "enableControllerMode": True, "controllerAddr": controller_addr, "allAckInSyncStateSet": True,
+                "inSyncReplicas": replicas // 2 + 1, "minInSyncReplicas": 1, "storePathRootDir": "store",
+                "flushDiskType": "ASYNC_FLUSH", "mappedFileSizeCommitLog": commitlog_size,
+            })
+            written.append(conf)
+            port += 10
+    return written
+
+
+MEMBER_KINDS = (("controller.conf", "controller"), ("namesrv.conf", "namesrv"), ("broker.conf", "broker"))
+
+
 def members(directory: Path) -> list[tuple[str, list[str], Path]]:
-    """(name, orbitmq argv, member folder) for every member, name servers first, then brokers by name/id."""
+    """(name, orbitmq argv, member folder) for every member: controllers, then name servers, then brokers by
+    name/id."""
     found: list[tuple[int, str, list[str], Path]] = []
     for sub in sorted(p for p in directory.iterdir() if p.is_dir()):
-        if (sub / "namesrv.conf").is_file():
-            found.append((0, sub.name, ["namesrv", "-c", "namesrv.conf"], sub))
-        elif (sub / "broker.conf").is_file():
-            found.append((1, sub.name, ["broker", "-c", "broker.conf"], sub))
+        for rank, (conf, command) in enumerate(MEMBER_KINDS):
+            if (sub / conf).is_file():
+                found.append((rank, sub.name, [command, "-c", conf], sub))
+                break
     found.sort(key=lambda m: (m[0], m[1]))
     return [(name, argv, sub) for _, name, argv, sub in found]
 
@@ -78,7 +121,7 @@ class ClusterRunner:
     def start(self) -> None:
         todo = members(self.directory)
         if not todo:
-            raise CliError(f"{self.directory} holds no namesrv-*/ or broker folders (run `orbitmq cluster init`)",
+            raise CliError(f"{self.directory} holds no member folders (run `orbitmq cluster init`)",
                            EXIT_STARTUP)
         for name, argv, sub in todo:
             log = open(sub / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child for its lifetime
@@ -87,7 +130,7 @@ class ClusterRunner:
             log.close()
             self.procs.append((name, proc))
             click.echo(f"started {name:<16} pid {proc.pid}  log {sub / (name + '.log')}")
-            if argv[0] == "namesrv":
+            if argv[0] in ("controller", "namesrv"):
                 time.sleep(0.3)
 
     def watch(self, stop: list[bool]) -> int:
@@ -120,7 +163,7 @@ class ClusterRunner:
               help="cluster folder written by `orbitmq cluster init`")
 @click.pass_context
 def cluster_group(ctx: click.Context, directory: Path | None) -> None:
-    """Run a local cluster (name servers + master/slave broker groups) from a folder, one process each."""
+    """Run a local cluster (controllers, name servers, broker groups) from a folder, one process each."""
     if ctx.invoked_subcommand is not None:
         return
     if directory is None:
@@ -149,16 +192,30 @@ def cluster_group(ctx: click.Context, directory: Path | None) -> None:
 
 @cluster_group.command("init")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--namesrv-port", default=9876, show_default=True, help="first name server port (2 consecutive)")
+@click.option("--mode", type=click.Choice(["classic", "controller"]), default="classic", show_default=True,
+              help="classic: master + slave groups; controller: 3 RIP-44 controllers and controller-mode brokers")
+@click.option("--namesrv-port", default=9876, show_default=True, help="first name server port (classic: 2 of them)")
 @click.option("--broker-port", default=10911, show_default=True, help="first broker listenPort (then +10 each)")
+@click.option("--controller-port", default=9878, show_default=True, help="first controller port (controller mode: 3)")
 @click.option("--ip", default="127.0.0.1", show_default=True, help="brokerIP1 and name server host")
-@click.option("--role", type=click.Choice(MASTER_ROLES), default="SYNC_MASTER", show_default=True)
+@click.option("--role", type=click.Choice(MASTER_ROLES), default="SYNC_MASTER", show_default=True,
+              help="master role (classic mode)")
 @click.option("--groups", default=2, show_default=True, help="broker groups (broker-a, broker-b, ...)")
+@click.option("--replicas", default=3, show_default=True, help="brokers per group (controller mode)")
 @click.option("--commitlog-size", default=256 * 1024 * 1024, show_default=True, help="CommitLog segment bytes")
-def init_command(directory: Path, namesrv_port: int, broker_port: int, ip: str, role: str, groups: int,
-                 commitlog_size: int) -> None:
-    """Write a cluster folder: 2 name servers and GROUPS broker groups of master + slave."""
-    for path in init_cluster(directory, namesrv_port=namesrv_port, broker_port=broker_port, ip=ip, role=role,
-                             groups=groups, commitlog_size=commitlog_size):
+def init_command(directory: Path, mode: str, namesrv_port: int, broker_port: int, controller_port: int, ip: str,
+                 role: str, groups: int, replicas: int, commitlog_size: int) -> None:
+    """Write a cluster folder: 2 name servers and GROUPS master + slave groups, or (--mode controller) 3
+    controllers, 1 name server and GROUPS groups of REPLICAS controller-mode brokers."""
+    if groups < 1 or replicas < 1:
+        raise click.BadParameter("--groups and --replicas must be >= 1")
+    if mode == "controller":
+        paths = init_controller_cluster(directory, namesrv_port=namesrv_port, broker_port=broker_port,
+                                        controller_port=controller_port, ip=ip, groups=groups, replicas=replicas,
+                                        commitlog_size=commitlog_size)
+    else:
+        paths = init_cluster(directory, namesrv_port=namesrv_port, broker_port=broker_port, ip=ip, role=role,
+                             groups=groups, commitlog_size=commitlog_size)
+    for path in paths:
         click.echo(f"wrote {path}")
     click.echo(f"start it with: orbitmq cluster -d {os.fspath(directory)}")
