@@ -68,7 +68,8 @@ def embedded_controller_config(namesrv_conf_path: str | None) -> tuple[Any, list
     Keys the name server owns are not reported as unknown."""
     if not namesrv_conf_path:
         return None
-    from orbitmq.controller.config import controller_config_from_properties, parse_properties
+    from orbitmq.base.properties import parse_properties
+    from orbitmq.controller.config import controller_config_from_properties
     from orbitmq.namesrv.config import CONF_KEYS as NAMESRV_KEYS
 
     try:

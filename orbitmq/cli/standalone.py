@@ -33,7 +33,7 @@ STANDALONE_KEYS = ("namesrvListenPort", "kvConfigPath")
 def _standalone_keys(config_path: str | None) -> dict[str, str]:
     if not config_path:
         return {}
-    from orbitmq.namesrv.config import parse_properties
+    from orbitmq.base.properties import parse_properties
 
     try:
         with open(config_path, encoding="utf-8") as f:

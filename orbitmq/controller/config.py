@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from orbitmq.base.errors import ConfigError
+from orbitmq.base.properties import coerce_value, parse_properties
 
 
 def _default_store_path() -> str:
@@ -150,21 +151,6 @@ IGNORED_KEYS = frozenset({
 _FIELD_TYPES: dict[str, Any] = {f.name: f.type for f in fields(ControllerConfig)}
 
 
-def _coerce(source: str, key: str, value: str, type_name: Any) -> Any:
-    t = type_name if isinstance(type_name, str) else getattr(type_name, "__name__", str(type_name))
-    if t == "int":
-        try:
-            return int(value)
-        except ValueError:
-            raise ConfigError(f"{source}: {key}: {value!r} is not an integer") from None
-    if t == "bool":
-        low = value.lower()
-        if low in ("true", "false"):
-            return low == "true"
-        raise ConfigError(f"{source}: {key}: {value!r} is not a boolean (true/false)")
-    return value
-
-
 def controller_config_from_properties(
     props: list[tuple[int, str, str]], source: str = "controller.conf", base: ControllerConfig | None = None,
     *, foreign_keys: frozenset[str] = frozenset(), validate: bool = True,
@@ -179,7 +165,7 @@ def controller_config_from_properties(
             if key not in IGNORED_KEYS and key not in foreign_keys:
                 warnings.append(f"{source}:{lineno}: unknown key {key!r} ignored")
             continue
-        coerced = _coerce(source, key, value, _FIELD_TYPES[name])
+        coerced = coerce_value(source, key, value, _FIELD_TYPES[name])
         if name == "controller_store_path":
             coerced = os.path.expanduser(coerced)
         values[name] = coerced
@@ -187,28 +173,6 @@ def controller_config_from_properties(
     if validate:
         config.validate()
     return config, warnings
-
-
-def parse_properties(text: str) -> list[tuple[int, str, str]]:
-    """Java .properties text -> (line number, key, value): '#'/'!' comments, '=' ':' or whitespace separators,
-    trailing-backslash continuations."""
-    out: list[tuple[int, str, str]] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        lineno, line = i + 1, lines[i].strip()
-        i += 1
-        while line.endswith("\\") and i < len(lines):
-            line = line[:-1] + lines[i].strip()
-            i += 1
-        if not line or line[0] in "#!":
-            continue
-        sep = next((j for j, ch in enumerate(line) if ch in "=:" or ch.isspace()), len(line))
-        rest = line[sep:].lstrip()
-        if rest[:1] in ("=", ":"):
-            rest = rest[1:]
-        out.append((lineno, line[:sep].strip(), rest.strip()))
-    return out
 
 
 def load_controller_conf(path: str | os.PathLike[str]) -> tuple[ControllerConfig, list[str]]:

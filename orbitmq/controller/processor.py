@@ -12,7 +12,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from orbitmq.base.errors import ConfigError, ProtocolError
-from orbitmq.controller.config import controller_config_from_properties, parse_properties
+from orbitmq.base.properties import parse_properties
+from orbitmq.controller.config import controller_config_from_properties
 from orbitmq.controller.state import ControllerResult
 from orbitmq.protocol import HeaderError, RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies.controller import (

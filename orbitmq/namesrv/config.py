@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orbitmq.base.errors import ConfigError
+from orbitmq.base.properties import coerce_value, parse_properties
 
 
 def _default_kv_config_path() -> str:
@@ -90,49 +91,6 @@ _IGNORED_KEYS = frozenset(
 _FIELD_TYPES: dict[str, Any] = {f.name: f.type for f in fields(NamesrvConfig)}
 
 
-def parse_properties(text: str) -> list[tuple[int, str, str]]:
-    """Java .properties lines → (line number, key, value); '#'/'!' comments, '=' ':' or blank separators,
-    trailing-backslash continuation, surrounding whitespace stripped."""
-    out: list[tuple[int, str, str]] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        lineno = i + 1
-        line = lines[i].strip()
-        i += 1
-        while line.endswith("\\") and not line.endswith("\\\\") and i < len(lines):
-            line = line[:-1] + lines[i].strip()
-            i += 1
-        if not line or line[0] in "#!":
-            continue
-        sep = len(line)
-        for j, ch in enumerate(line):
-            if ch in "=:" or ch.isspace():
-                sep = j
-                break
-        key = line[:sep].strip()
-        rest = line[sep:].lstrip()
-        if rest[:1] in ("=", ":"):
-            rest = rest[1:]
-        out.append((lineno, key, rest.strip()))
-    return out
-
-
-def _coerce(source: str, key: str, value: str, type_name: Any) -> Any:
-    t = type_name if isinstance(type_name, str) else getattr(type_name, "__name__", str(type_name))
-    if t == "int":
-        try:
-            return int(value)
-        except ValueError:
-            raise ConfigError(f"{source}: {key}: {value!r} is not an integer") from None
-    if t == "bool":
-        low = value.lower()
-        if low in ("true", "false"):
-            return low == "true"
-        raise ConfigError(f"{source}: {key}: {value!r} is not a boolean (true/false)")
-    return value
-
-
 def namesrv_config_from_properties(
     props: list[tuple[int, str, str]], source: str = "namesrv.conf", base: NamesrvConfig | None = None
 ) -> tuple[NamesrvConfig, list[str]]:
@@ -144,7 +102,7 @@ def namesrv_config_from_properties(
             if key not in _IGNORED_KEYS:
                 warnings.append(f"{source}:{lineno}: unknown key {key!r} ignored")
             continue
-        coerced = _coerce(source, key, value, _FIELD_TYPES[field_name])
+        coerced = coerce_value(source, key, value, _FIELD_TYPES[field_name])
         if field_name == "kv_config_path":
             coerced = os.path.expanduser(coerced)
         values[field_name] = coerced

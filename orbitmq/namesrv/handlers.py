@@ -13,9 +13,10 @@ from dataclasses import fields
 
 from orbitmq.base.clock import REAL_CLOCK, Clock
 from orbitmq.base.errors import ConfigError, ProtocolError
+from orbitmq.base.properties import parse_properties
 from orbitmq.model.names import server_name_error, topic_error
 from orbitmq.model.topic import TopicConfig
-from orbitmq.namesrv.config import CONF_KEYS, NamesrvConfig, namesrv_config_from_properties, parse_properties
+from orbitmq.namesrv.config import CONF_KEYS, NamesrvConfig, namesrv_config_from_properties
 from orbitmq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KvConfig
 from orbitmq.namesrv.notify import send_min_id_notices
 from orbitmq.namesrv.route_push import WATCH_KEY, RouteWatchers

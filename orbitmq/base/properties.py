@@ -1,0 +1,98 @@
+"""Java .properties text (broker.conf, namesrv.conf, controller.conf): one parser for every config reader.
+
+`parse_properties` gives (line number, key, value) triples in file order; `coerce_value` turns a value into a
+config field's type with a one-line ConfigError. No file access here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orbitmq.base.errors import ConfigError
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_BLANK = " \t\f"
+
+
+def unescape(s: str) -> str:
+    """Java escapes: \\t \\n \\r \\f, \\uXXXX; any other escaped character stands for itself."""
+    if "\\" not in s:
+        return s
+    out: list[str] = []
+    i = 0
+    while i < len(s):
+        ch = s[i]
+        if ch == "\\" and i + 1 < len(s):
+            nxt = s[i + 1]
+            if nxt == "u" and len(s) >= i + 6:
+                try:
+                    out.append(chr(int(s[i + 2 : i + 6], 16)))
+                    i += 6
+                    continue
+                except ValueError:
+                    pass
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _split_key_value(line: str) -> tuple[str, str]:
+    """The key ends at the first unescaped '=', ':' or blank; one '=' or ':' after blanks is the separator."""
+    i, n = 0, len(line)
+    while i < n:
+        ch = line[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch in "=:" or ch in _BLANK:
+            break
+        i += 1
+    rest = line[i:].lstrip(_BLANK)
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(_BLANK)
+    return unescape(line[:i]), rest
+
+
+def _continues(line: str) -> bool:
+    """An odd number of trailing backslashes continues the line."""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def parse_properties(text: str) -> list[tuple[int, str, str]]:
+    """'#'/'!' comments, blank lines, '\\' continuations; values unescaped and trimmed at the end."""
+    out: list[tuple[int, str, str]] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        lineno, line = i + 1, lines[i].lstrip(_BLANK)
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _continues(line) and i < len(lines):
+            line = line[:-1] + lines[i].lstrip(_BLANK)
+            i += 1
+        if _continues(line):
+            line = line[:-1]
+        key, value = _split_key_value(line)
+        if key:
+            out.append((lineno, key, unescape(value).rstrip()))
+    return out
+
+
+def coerce_value(source: str, key: str, value: str, type_name: Any) -> Any:
+    """A config value as the field's type ("int", "bool", else the string); ConfigError names file and key."""
+    t = type_name if isinstance(type_name, str) else getattr(type_name, "__name__", str(type_name))
+    if t == "int":
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"{source}: {key}: {value!r} is not an integer") from None
+    if t == "bool":
+        low = value.lower()
+        if low in ("true", "false"):
+            return low == "true"
+        raise ConfigError(f"{source}: {key}: {value!r} is not a boolean (true/false)")
+    return value
