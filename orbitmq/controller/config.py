@@ -14,6 +14,7 @@ from typing import Any
 
 from orbitmq.base.errors import ConfigError
 from orbitmq.base.properties import coerce_value, parse_properties
+from orbitmq.raft import parse_peers
 
 
 def _default_store_path() -> str:
@@ -88,22 +89,6 @@ class ControllerConfig:
             lines.append(f"{_KEY_OF[f.name]}={text}\n")
         return "".join(lines)
 
-
-def parse_peers(text: str) -> dict[str, str]:
-    """"n0-127.0.0.1:9878;n1-127.0.0.1:9868" -> {"n0": "127.0.0.1:9878", ...}; ConfigError when malformed."""
-    out: dict[str, str] = {}
-    for part in text.split(";"):
-        part = part.strip()
-        if not part:
-            continue
-        pid, sep, addr = part.partition("-")
-        host, colon, port = addr.rpartition(":")
-        if not sep or not pid or not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"controller: bad controllerDLegerPeers entry {part!r} (expected id-host:port)")
-        if pid in out:
-            raise ConfigError(f"controller: duplicate peer id {pid!r} in controllerDLegerPeers")
-        out[pid] = f"{host}:{port}"
-    return out
 
 
 CONF_KEYS: dict[str, str] = {

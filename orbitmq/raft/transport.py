@@ -14,7 +14,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 
-from orbitmq.base.errors import ProtocolError, RemotingError
+from orbitmq.base.errors import ConfigError, ProtocolError, RemotingError
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.raft.codec import decode_batch, encode_batch_parts, encode_message
 from orbitmq.raft.messages import Message
@@ -28,18 +28,20 @@ DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 
 
 def parse_peers(spec: str) -> dict[str, str]:
-    """`controllerDLegerPeers` ("n0-127.0.0.1:9878;n1-127.0.0.1:9868") -> {"n0": "127.0.0.1:9878", ...}."""
+    """`controllerDLegerPeers` ("n0-127.0.0.1:9878;n1-127.0.0.1:9868") -> {"n0": "127.0.0.1:9878", ...};
+    ConfigError naming the bad entry when malformed (no id, no host, a port outside 1..65535, a duplicate id)."""
     out: dict[str, str] = {}
     for item in spec.split(";"):
         item = item.strip()
         if not item:
             continue
         node_id, sep, addr = item.partition("-")
-        if not sep or not node_id or ":" not in addr:
-            raise ValueError(f"bad peer {item!r} (expected id-host:port)")
+        host, colon, port = addr.rpartition(":")
+        if not sep or not node_id or not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"bad controllerDLegerPeers entry {item!r} (expected id-host:port)")
         if node_id in out:
-            raise ValueError(f"duplicate peer id {node_id!r}")
-        out[node_id] = addr
+            raise ConfigError(f"duplicate peer id {node_id!r} in controllerDLegerPeers")
+        out[node_id] = f"{host}:{port}"
     return out
 
 
