@@ -122,6 +122,22 @@ class BrokerConfig:
     total_replicas: int = _opt(0)
     skip_pre_online: bool = _opt(False)  # a restarting master registers at once, without pre-online
     compatible_with_old_name_srv: bool = _opt(True)  # heartbeat as QUERY_DATA_VERSION, member group via route
+    # RIP-44 controller mode (broker/controller_mode/; docs/design/controller-broker.md): the controller decides the
+    # role and brokerId; brokerRole is ignored and brokerId=-1 (assigned by the controller) is allowed
+    enable_controller_mode: bool = _opt(False, important=True)
+    controller_addr: str = _opt("", important=True)  # ";"-separated controller host:port list
+    sync_broker_metadata_period: int = _opt(5000)  # GET_REPLICA_INFO (1004) poll for the role
+    check_sync_state_set_period: int = _opt(5000)  # master: SyncStateSet shrink check
+    sync_controller_metadata_period: int = _opt(10000)  # GET_METADATA_INFO (1005): who leads the controllers
+    controller_heart_beat_timeout_mills: int = _opt(10000)  # sent in 904: the controller's timeout for us
+    broker_election_priority: int = _opt(2147483647)  # lower = preferred in an election
+    all_ack_in_sync_state_set: bool = _opt(False)  # a SYNC put waits for every SyncStateSet member
+    in_sync_replicas: int = _opt(1)  # acks (master included) a put waits for without all-ack; <= 1: none
+    min_in_sync_replicas: int = _opt(1)  # puts refused while the SyncStateSet is smaller
+    ha_max_time_slave_not_catchup: int = _opt(15000)  # a member not caught up this long leaves the set
+    store_path_broker_identity: str = _opt("")  # "" -> <storePathRootDir>/brokerIdentity (+ "-temp")
+    async_learner: bool = _opt(False)  # replicate but never join the SyncStateSet
+    sync_from_last_file: bool = _opt(False)  # an empty replica starts from the master's last CommitLog file
 
     def __post_init__(self) -> None:
         if not self.broker_ip1:
@@ -153,16 +169,23 @@ class BrokerConfig:
     def namesrv_addrs(self) -> list[str]:
         return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
 
+    @property
+    def controller_addrs(self) -> list[str]:
+        return [a.strip() for a in self.controller_addr.split(";") if a.strip()]
+
     def validate(self) -> None:
         """Raise ConfigError with a one-line explanation for an inconsistent configuration."""
         if self.broker_role not in _ROLES:
             raise ConfigError(f"brokerRole: {self.broker_role!r} is not one of {', '.join(_ROLES)}")
-        if self.broker_id < 0:
-            raise ConfigError(f"brokerId: {self.broker_id} must be >= 0")
-        if self.is_slave and self.broker_id == 0:
-            raise ConfigError("brokerId: a SLAVE broker needs brokerId > 0")
-        if not self.is_slave and self.broker_id != 0:
-            raise ConfigError(f"brokerId: a master ({self.broker_role}) must have brokerId 0, not {self.broker_id}")
+        if self.enable_controller_mode:
+            self._validate_controller_mode()
+        else:
+            if self.broker_id < 0:
+                raise ConfigError(f"brokerId: {self.broker_id} must be >= 0")
+            if self.is_slave and self.broker_id == 0:
+                raise ConfigError("brokerId: a SLAVE broker needs brokerId > 0")
+            if not self.is_slave and self.broker_id != 0:
+                raise ConfigError(f"brokerId: a master ({self.broker_role}) must have brokerId 0, not {self.broker_id}")
         for name, port in (("listenPort", self.listen_port), ("haListenPort", self.ha_listen_port)):
             if not 0 <= port <= 65535:
                 raise ConfigError(f"{name}: {port} is not a valid TCP port")
@@ -199,6 +222,32 @@ class BrokerConfig:
             raise ConfigError(f"totalReplicas: {self.total_replicas} must be >= 0 (0 = derive it)")
         if len(self.broker_name) > 127 or not self.broker_name:
             raise ConfigError(f"brokerName: {self.broker_name!r} must be 1..127 characters")
+
+    def _validate_controller_mode(self) -> None:
+        if self.enable_slave_acting_master:
+            raise ConfigError("enableControllerMode and enableSlaveActingMaster cannot both be true (the controller "
+                              "elects masters; RIP-32 acting masters are for the classic mode)")
+        if self.broker_id < -1:
+            raise ConfigError(f"brokerId: {self.broker_id} must be >= -1 (-1: assigned by the controller)")
+        if not self.controller_addrs:
+            raise ConfigError("controllerAddr: enableControllerMode=true needs at least one controller host:port")
+        for addr in self.controller_addrs:
+            host, sep, port = addr.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ConfigError(f"controllerAddr: {addr!r} is not host:port")
+        for name, value in (("syncBrokerMetadataPeriod", self.sync_broker_metadata_period),
+                            ("checkSyncStateSetPeriod", self.check_sync_state_set_period),
+                            ("syncControllerMetadataPeriod", self.sync_controller_metadata_period),
+                            ("controllerHeartBeatTimeoutMills", self.controller_heart_beat_timeout_mills),
+                            ("haMaxTimeSlaveNotCatchup", self.ha_max_time_slave_not_catchup)):
+            if value <= 0:
+                raise ConfigError(f"{name}: {value} must be > 0")
+        if self.controller_heart_beat_timeout_mills <= 2 * self.broker_heartbeat_interval:
+            raise ConfigError(f"controllerHeartBeatTimeoutMills: {self.controller_heart_beat_timeout_mills} must be "
+                              f"> 2 x brokerHeartbeatInterval ({self.broker_heartbeat_interval}): the master's write "
+                              "lease is that difference")
+        if self.min_in_sync_replicas < 1:
+            raise ConfigError(f"minInSyncReplicas: {self.min_in_sync_replicas} must be >= 1")
 
     def field_names(self) -> list[str]:
         return [f.name for f in fields(self)]

@@ -82,6 +82,21 @@ BROKER_KEYS: dict[str, str] = {
     "timerWheelEnable": "timer_wheel_enable",
     "timerMaxDelaySec": "timer_max_delay_sec",
     "timerWheelSlots": "timer_wheel_slots",
+    # RIP-44 controller mode (haMaxTimeSlaveNotCatchup ... syncFromLastFile are store keys in RocketMQ)
+    "enableControllerMode": "enable_controller_mode",
+    "controllerAddr": "controller_addr",
+    "syncBrokerMetadataPeriod": "sync_broker_metadata_period",
+    "checkSyncStateSetPeriod": "check_sync_state_set_period",
+    "syncControllerMetadataPeriod": "sync_controller_metadata_period",
+    "controllerHeartBeatTimeoutMills": "controller_heart_beat_timeout_mills",
+    "brokerElectionPriority": "broker_election_priority",
+    "allAckInSyncStateSet": "all_ack_in_sync_state_set",
+    "inSyncReplicas": "in_sync_replicas",
+    "minInSyncReplicas": "min_in_sync_replicas",
+    "haMaxTimeSlaveNotCatchup": "ha_max_time_slave_not_catchup",
+    "storePathBrokerIdentity": "store_path_broker_identity",
+    "asyncLearner": "async_learner",
+    "syncFromLastFile": "sync_from_last_file",
 }
 
 # broker.conf key -> StoreConfig field
@@ -270,7 +285,14 @@ def build_configs(
         store_kw["store_path_commitlog"] = _resolve_dir(store_kw["store_path_commitlog"], base_dir)
     if store_kw.get("flush_disk_type") == "SYNC_FLUSH" and "confirm_offset_mode" not in store_kw:
         store_kw["confirm_offset_mode"] = "flushed"
-    if broker_kw.get("broker_role", "ASYNC_MASTER") != "SLAVE" and broker_kw.get("broker_id", 0) != 0:
+    if broker_kw.get("store_path_broker_identity"):
+        broker_kw["store_path_broker_identity"] = _resolve_dir(broker_kw["store_path_broker_identity"], base_dir)
+    if broker_kw.get("enable_controller_mode"):
+        if broker_kw.get("broker_role", "SLAVE") != "SLAVE":
+            warnings.append(f"{source}: brokerRole {broker_kw['broker_role']} ignored: in controller mode the "
+                            "controller decides the role")
+        broker_kw["broker_role"] = "SLAVE"  # fenced, as a replica, until the controller names the role
+    elif broker_kw.get("broker_role", "ASYNC_MASTER") != "SLAVE" and broker_kw.get("broker_id", 0) != 0:
         warnings.append(f"{source}: brokerId {broker_kw['broker_id']} ignored: a master always has brokerId 0")
         broker_kw["broker_id"] = 0
     broker = BrokerConfig(**broker_kw)

@@ -5,6 +5,7 @@ Built once by app.Broker (the composition root); handlers never reach the Broker
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -26,6 +27,10 @@ def _noop() -> None:
 
 
 def _noop_flag(flag: bool) -> None:
+    return None
+
+
+def _open_fence() -> tuple[int, str] | None:
     return None
 
 
@@ -63,6 +68,23 @@ class BrokerContext:
     runtime_extras: list[Callable[[], dict[str, str]]] = field(default_factory=list)  # GET_BROKER_RUNTIME_INFO adds
     escape: Any = None  # escape.EscapeBridge: where special services (delay, transaction, pop revive) write
     group_stats: GroupGetStats = field(default_factory=GroupGetStats)  # per group/topic pull rate (consumeTps)
+    # RIP-44 controller mode: (ResponseCode, remark) while writes must be refused (no lease, too few in-sync
+    # replicas), None when they may proceed. Checked by SEND_MESSAGE* and END_TRANSACTION before anything is stored.
+    write_fence: Callable[[], tuple[int, str] | None] = _open_fence
+
+    def set_role(self, broker_role: str, broker_id: int) -> None:
+        """The one place a broker's role changes at runtime (controller mode): everything that reads
+        ctx.config.is_slave / broker_id / serves_as_master() sees the new role, and the special services (delay,
+        transaction check, pop revive, ...) are told through role_listeners."""
+        cfg = self.config
+        if cfg.broker_role == broker_role and cfg.broker_id == broker_id:
+            return
+        self.config = dataclasses.replace(cfg, broker_role=broker_role, broker_id=broker_id)
+        self.notify_role_listeners()
+
+    def notify_role_listeners(self) -> None:
+        for listener in list(self.role_listeners):
+            listener(self.acting_master)
 
     def serves_as_master(self) -> bool:
         """A master (not isolated), or a slave acting as its group's master: runs the special (scanning)

@@ -226,6 +226,9 @@ class SendProcessor:
         cfg = ctx.config
         if cfg.is_slave:
             raise SendReject(ResponseCode.SERVICE_NOT_AVAILABLE, _PUT_CODES[PutStatus.SERVICE_NOT_AVAILABLE][1] or "")
+        fence = ctx.write_fence()  # controller mode: no write lease / too few in-sync replicas
+        if fence is not None:
+            raise SendReject(*fence)
         start = cfg.start_accept_send_request_time_stamp
         if start and now_ms() < start:
             raise SendReject(ResponseCode.SYSTEM_ERROR, f"broker unable to service, until {start}")

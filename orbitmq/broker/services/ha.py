@@ -13,7 +13,6 @@ Both add role and lag to runtime info.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -24,15 +23,19 @@ from orbitmq.broker.context import BrokerContext
 from orbitmq.broker.handlers import admin as admin_handlers
 from orbitmq.broker.handlers import offsets as offset_handlers
 from orbitmq.broker.member_group import fetch_group_members
-from orbitmq.broker.metadata.data_version import DataVersion, loads_lenient
-from orbitmq.broker.metadata.groups import decode_group_wrapper
+from orbitmq.broker.metadata.data_version import DataVersion
 from orbitmq.broker.metadata.offset_versions import DelayOffsetTable, merge_max_nested
-from orbitmq.broker.metadata.topics import _decode_wrapper as decode_topic_wrapper
 from orbitmq.broker.services import ServiceEnv
+from orbitmq.broker.services.metadata_sync import (
+    FORWARDED,
+    OffsetForwarder,
+    adopt_delay_offsets,
+    fetch_body,
+    pull_offsets_from,
+    sync_metadata_from,
+)
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from orbitmq.protocol.bodies import ClusterInfo, ConsumerOffsetSerializeWrapper, KVTable
-from orbitmq.protocol.bodies.admin import DelayOffsetSerializeWrapper
-from orbitmq.protocol.bodies.register import DataVersion as WireDataVersion
+from orbitmq.protocol.bodies import ClusterInfo, KVTable
 from orbitmq.replication import HAClient, HAMaster, HAServer, ReplicationConfig
 
 log = logging.getLogger(__name__)
@@ -41,8 +44,7 @@ MASTER_ID = 0
 REQUEST_TIMEOUT_MS = 3000
 STARTUP_SYNC_TIMEOUT_S = 3.0  # slave: the sync from the master before serving is bounded by this
 MEMBER_REFRESH_S = 3.0  # master (acting-master mode): how often the group's slave addresses are re-read
-# ext field on a forwarded UPDATE_CONSUMER_OFFSET (master <-> slave): store it, do not forward it again
-FORWARDED = "orbitForwarded"
+__all__ = ["FORWARDED", "HAService", "create", "merge_offsets"]
 
 
 class HAService:
@@ -65,10 +67,8 @@ class HAService:
         self.pushed_master_ha: str | None = None  # slave: HA address pushed by a (pre-online) master's 906
         self.slave_addrs: list[str] = []  # master: the group's other live members (offset forwarding)
         self.metadata_syncs = 0
-        self.forwarded_offsets = 0
-        self.forward_failures = 0
+        self.forwarder = OffsetForwarder(env.client)
         self._update_offset = offset_handlers.handlers(ctx)[RequestCode.UPDATE_CONSUMER_OFFSET]
-        self._forwards: set[asyncio.Task[None]] = set()
         store = ctx.store
         if cfg.is_slave:
             self.client = HAClient(store, self._resolve_master_ha, self.rconfig, clock=env.clock)
@@ -127,8 +127,7 @@ class HAService:
     async def stop(self) -> None:
         if self.server is not None:
             await self.server.stop()
-        for t in list(self._forwards):
-            t.cancel()
+        self.forwarder.cancel_all()
 
     # ---- master ----------------------------------------------------------------------------------------
     def _exchange_ha_info(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
@@ -232,10 +231,7 @@ class HAService:
             await asyncio.sleep(self.ctx.config.slave_sync_interval / 1000)
 
     async def _fetch(self, addr: str, code: int) -> bytes | None:
-        resp = await self.env.client.invoke(addr, RemotingCommand.request(code), REQUEST_TIMEOUT_MS)
-        if resp.code != ResponseCode.SUCCESS or not resp.body:
-            return None
-        return bytes(resp.body)
+        return await fetch_body(self.env.client, addr, code)
 
     async def sync_metadata_once(self) -> bool:
         """Pull topics, consumer offsets, delay offsets and subscription groups from the master."""
@@ -243,52 +239,17 @@ class HAService:
         if addr is None:
             return False
         self.master_addr = addr
-        ctx = self.ctx
-        body = await self._fetch(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
-        if body is not None:
-            table, version = decode_topic_wrapper(loads_lenient(body))
-            if version.to_json_obj() != ctx.topics.data_version.to_json_obj():
-                ctx.topics.replace_all(table, version)
-        await self.pull_offsets(addr)
-        body = await self._fetch(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-        if body is not None:
-            groups, version = decode_group_wrapper(loads_lenient(body))
-            if version.to_json_obj() != ctx.groups.data_version.to_json_obj():
-                ctx.groups.replace_all(groups, version)
+        await sync_metadata_from(self.ctx, self.env.client, addr)
         self.metadata_syncs += 1
         return True
 
     async def pull_offsets(self, addr: str) -> tuple[bool, bool]:
-        """Fetch `addr`'s consumer and delay offset tables and merge them in (per queue the larger offset, the newer
-        data version). Used by a slave (from its master) and by a pre-online master (from its slaves). Returns
-        (consumer offsets fetched, delay offsets fetched)."""
-        got_consumer = got_delay = False
-        body = await self._fetch(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
-        if body is not None:
-            wrapper = ConsumerOffsetSerializeWrapper.from_json(body)
-            self.ctx.offsets.merge_from(wrapper.offset_table, _local_version(wrapper.data_version))
-            got_consumer = True
-        body = await self._fetch(addr, RequestCode.GET_ALL_DELAY_OFFSET)
-        if body is not None:
-            delay_wrapper = DelayOffsetSerializeWrapper.from_json(body)
-            self._adopt_delay_offsets(delay_wrapper.offset_table, _local_version(delay_wrapper.data_version))
-            got_delay = True
-        return got_consumer, got_delay
+        """Fetch `addr`'s consumer and delay offset tables and merge them in (metadata_sync.pull_offsets_from). Used
+        by a slave (from its master) and by a pre-online master (from its slaves)."""
+        return await pull_offsets_from(self.ctx, self.env.client, addr)
 
     def _adopt_delay_offsets(self, table: dict[int, int], version: DataVersion | None) -> None:
-        delay = self.ctx.services.get("delay")
-        offsets = getattr(delay, "offsets", None)
-        if isinstance(offsets, DelayOffsetTable):
-            if not offsets.merge_from(table, version):
-                return
-        elif isinstance(offsets, dict):
-            for level, off in table.items():
-                if off > offsets.get(level, -1):
-                    offsets[level] = off
-        else:
-            return
-        with contextlib.suppress(OSError):
-            delay.persist()  # type: ignore[union-attr]
+        adopt_delay_offsets(self.ctx, table, version)
 
     # ---- slave: consumer offsets ---------------------------------------------------------------------
     def _update_offset_on_slave(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -304,18 +265,7 @@ class HAService:
         return None if cmd.is_oneway else cmd.response()
 
     def _spawn_forward(self, addr: str, ext: dict[str, str]) -> None:
-        task = asyncio.get_running_loop().create_task(self._forward_offset(addr, {**ext, FORWARDED: "true"}))
-        self._forwards.add(task)
-        task.add_done_callback(self._forwards.discard)
-
-    async def _forward_offset(self, addr: str, ext: dict[str, str]) -> None:
-        cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext, oneway=True)
-        try:
-            await self.env.client.invoke_oneway(addr, cmd)
-            self.forwarded_offsets += 1
-        except OrbitMQError as e:  # the peer is down: it syncs (slave) or pre-onlines (master) when back
-            self.forward_failures += 1
-            log.debug("forwarding a consumer offset to %s failed: %r", addr, e)
+        self.forwarder.forward(addr, ext)
 
     # ---- runtime info ----------------------------------------------------------------------------------
     def ha_runtime(self) -> dict[str, str]:
@@ -331,8 +281,8 @@ class HAService:
                 "haConnectedSlaves": str(len(lags)),
                 "haSlaveLagBytes": str(max(known)) if known else "-1",
                 "haConfirmOffset": str(self.master.confirm_offset),
-                "haForwardedOffsets": str(self.forwarded_offsets),
-                "haForwardFailures": str(self.forward_failures),
+                "haForwardedOffsets": str(self.forwarder.forwarded),
+                "haForwardFailures": str(self.forwarder.failures),
             })
             out.update({f"haSlaveLag[{a}]": str(v) for a, v in lags.items()})
         elif self.client is not None:
@@ -344,8 +294,8 @@ class HAService:
                 "haStaleEpochRefusals": str(c.stale_refusals),
                 "haLastError": c.last_error,
                 "haMetadataSyncs": str(self.metadata_syncs),
-                "haForwardedOffsets": str(self.forwarded_offsets),
-                "haForwardFailures": str(self.forward_failures),
+                "haForwardedOffsets": str(self.forwarder.forwarded),
+                "haForwardFailures": str(self.forwarder.failures),
             })
         out["consumerOffsetDataVersion"] = _version_text(self.ctx.offsets.data_version)
         delay_offsets = getattr(self.ctx.services.get("delay"), "offsets", None)
@@ -366,13 +316,11 @@ def merge_offsets(local: dict[str, dict[int, int]], master: dict[str, dict[int, 
     return merge_max_nested(local, master)[0]
 
 
-def _local_version(v: WireDataVersion | None) -> DataVersion | None:
-    return None if v is None else DataVersion(v.counter, v.timestamp, v.state_version)
-
-
 def _version_text(v: DataVersion) -> str:
     return f"{v.state_version}/{v.counter}/{v.timestamp}"
 
 
 def create(ctx: BrokerContext, env: ServiceEnv) -> HAService | None:
+    if ctx.config.enable_controller_mode:  # controller mode: controller_mode/replicas_manager.py replicates
+        return None
     return HAService(ctx, env)

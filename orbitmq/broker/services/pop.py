@@ -79,20 +79,35 @@ class PopService:
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self.revived_count = 0
-        self.replica = ctx.config.is_slave  # a slave's store is a replica: CK/ack records are never written to it
         self.pending_acks: list[tuple[PopCheckpoint, list[int]]] = []  # revived while acting, for the master
         self._path = os.path.join(env.config_dir, POP_OFFSET_FILE)
         ctx.topics.create_system_topic(self.revive_topic, REVIVE_QUEUE_NUMS, Perm.READ | Perm.WRITE)
         ctx.store.add_dispatch_listener(self._on_dispatch)
 
+    @property
+    def replica(self) -> bool:
+        """A slave's store is a replica: CK/ack records are never written to it. Read at each use: in controller
+        mode the role changes at runtime."""
+        return self.ctx.config.is_slave
+
     # ---- lifecycle ----------------------------------------------------------------------------------------
     def handlers(self) -> dict[int, Any]:
-        if self.replica:
+        if self.replica and not self.ctx.config.enable_controller_mode:
             return {}
-        return {int(RequestCode.POP_MESSAGE): self.handle_pop, int(RequestCode.ACK_MESSAGE): self.handle_ack,
-                int(RequestCode.BATCH_ACK_MESSAGE): self.handle_batch_ack,
-                int(RequestCode.CHANGE_MESSAGE_INVISIBLETIME): self.handle_change_invisible_time,
-                int(RequestCode.NOTIFICATION): self.handle_notification}
+        table = {int(RequestCode.POP_MESSAGE): self.handle_pop, int(RequestCode.ACK_MESSAGE): self.handle_ack,
+                 int(RequestCode.BATCH_ACK_MESSAGE): self.handle_batch_ack,
+                 int(RequestCode.CHANGE_MESSAGE_INVISIBLETIME): self.handle_change_invisible_time,
+                 int(RequestCode.NOTIFICATION): self.handle_notification}
+        if self.ctx.config.enable_controller_mode:  # the role changes at runtime: refuse while not the master
+            return {code: self._master_only(h) for code, h in table.items()}
+        return table
+
+    def _master_only(self, handler: Any) -> Any:
+        def guarded(conn: Any, req: Any) -> Any:
+            if self.replica or not self.ctx.serves_as_master():
+                return req.response(ResponseCode.SLAVE_NOT_AVAILABLE, "pop is served by the master only")
+            return handler(conn, req)
+        return guarded
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -584,6 +599,7 @@ class PopService:
 
 
 def create(ctx: BrokerContext, env: ServiceEnv) -> PopService | None:
-    if ctx.config.is_slave and not ctx.config.enable_slave_acting_master:  # a replica: no CK/ack, no revive
+    cfg = ctx.config
+    if cfg.is_slave and not cfg.enable_slave_acting_master and not cfg.enable_controller_mode:  # a replica
         return None
     return PopService(ctx, env)

@@ -213,6 +213,9 @@ class TransactionService:
         ctx = self.ctx
         if not ctx.serves_as_master():
             return reply(ResponseCode.SLAVE_NOT_AVAILABLE, "Store is not available in slave mode")
+        fence = ctx.write_fence()  # controller mode: a master without its write lease stores nothing
+        if fence is not None:
+            return reply(*fence)
         acting = ctx.config.is_slave
         ext = req.ext_fields or {}
         try:

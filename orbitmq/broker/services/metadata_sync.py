@@ -1,0 +1,123 @@
+"""Replica metadata sync shared by classic HA (services/ha.py) and controller mode (controller_mode/): pull a master's
+topics, subscription groups, consumer and delay offsets (offsets merged so they never roll back), and forward
+committed consumer offsets between the members of a group (oneway, marked so the receiver does not forward again).
+Owns no schedule and no role logic: the callers decide when and from whom.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from orbitmq.base.errors import OrbitMQError
+from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.metadata.data_version import DataVersion, loads_lenient
+from orbitmq.broker.metadata.groups import decode_group_wrapper
+from orbitmq.broker.metadata.offset_versions import DelayOffsetTable
+from orbitmq.broker.metadata.topics import _decode_wrapper as decode_topic_wrapper
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.protocol.bodies import ConsumerOffsetSerializeWrapper
+from orbitmq.protocol.bodies.admin import DelayOffsetSerializeWrapper
+from orbitmq.protocol.bodies.register import DataVersion as WireDataVersion
+from orbitmq.remoting import RemotingClient
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_MS = 3000
+# ext field on a forwarded UPDATE_CONSUMER_OFFSET (master <-> slave): store it, do not forward it again
+FORWARDED = "orbitForwarded"
+
+
+async def fetch_body(client: RemotingClient, addr: str, code: int) -> bytes | None:
+    resp = await client.invoke(addr, RemotingCommand.request(code), REQUEST_TIMEOUT_MS)
+    if resp.code != ResponseCode.SUCCESS or not resp.body:
+        return None
+    return bytes(resp.body)
+
+
+async def sync_metadata_from(ctx: BrokerContext, client: RemotingClient, addr: str) -> None:
+    """Pull topics, consumer offsets, delay offsets and subscription groups from the master at `addr`. Topics and
+    groups are replaced when the master's data version differs; offsets are merged (never rolled back)."""
+    body = await fetch_body(client, addr, RequestCode.GET_ALL_TOPIC_CONFIG)
+    if body is not None:
+        table, version = decode_topic_wrapper(loads_lenient(body))
+        if version.to_json_obj() != ctx.topics.data_version.to_json_obj():
+            ctx.topics.replace_all(table, version)
+    await pull_offsets_from(ctx, client, addr)
+    body = await fetch_body(client, addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+    if body is not None:
+        groups, gversion = decode_group_wrapper(loads_lenient(body))
+        if gversion.to_json_obj() != ctx.groups.data_version.to_json_obj():
+            ctx.groups.replace_all(groups, gversion)
+
+
+async def pull_offsets_from(ctx: BrokerContext, client: RemotingClient, addr: str) -> tuple[bool, bool]:
+    """Fetch `addr`'s consumer and delay offset tables and merge them in (per queue the larger offset, the newer
+    data version). Returns (consumer offsets fetched, delay offsets fetched)."""
+    got_consumer = got_delay = False
+    body = await fetch_body(client, addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+    if body is not None:
+        wrapper = ConsumerOffsetSerializeWrapper.from_json(body)
+        ctx.offsets.merge_from(wrapper.offset_table, local_version(wrapper.data_version))
+        got_consumer = True
+    body = await fetch_body(client, addr, RequestCode.GET_ALL_DELAY_OFFSET)
+    if body is not None:
+        delay_wrapper = DelayOffsetSerializeWrapper.from_json(body)
+        adopt_delay_offsets(ctx, delay_wrapper.offset_table, local_version(delay_wrapper.data_version))
+        got_delay = True
+    return got_consumer, got_delay
+
+
+def adopt_delay_offsets(ctx: BrokerContext, table: dict[int, int], version: DataVersion | None) -> None:
+    delay = ctx.services.get("delay")
+    offsets = getattr(delay, "offsets", None)
+    if isinstance(offsets, DelayOffsetTable):
+        if not offsets.merge_from(table, version):
+            return
+    elif isinstance(offsets, dict):
+        for level, off in table.items():
+            if off > offsets.get(level, -1):
+                offsets[level] = off
+    else:
+        return
+    with contextlib.suppress(OSError):
+        delay.persist()  # type: ignore[union-attr]
+
+
+def local_version(v: WireDataVersion | None) -> DataVersion | None:
+    return None if v is None else DataVersion(v.counter, v.timestamp, v.state_version)
+
+
+class OffsetForwarder:
+    """Oneway UPDATE_CONSUMER_OFFSET copies to other members of the group (best effort: a member that is down
+    catches up through its metadata sync or pre-online)."""
+
+    def __init__(self, client: RemotingClient) -> None:
+        self.client = client
+        self.forwarded = 0
+        self.failures = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def forward(self, addr: str, ext: dict[str, str]) -> None:
+        task = asyncio.get_running_loop().create_task(self._send(addr, {**ext, FORWARDED: "true"}))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, addr: str, ext: dict[str, str]) -> None:
+        cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext, oneway=True)
+        try:
+            await self.client.invoke_oneway(addr, cmd)
+            self.forwarded += 1
+        except OrbitMQError as e:
+            self.failures += 1
+            log.debug("forwarding a consumer offset to %s failed: %r", addr, e)
+
+    def cancel_all(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+
+
+def is_forwarded(ext: dict[str, Any]) -> bool:
+    return ext.get(FORWARDED) == "true"
