@@ -67,6 +67,7 @@ class ControllerClient:
         """Send to the leader; on 2007 follow the remark's leader address (or ask 1005 again), a few times."""
         target = await self.find_leader()
         tried: list[str] = []
+        last = ""
         for _ in range(len(self.addrs) + 3):
             tried.append(target)
             try:
@@ -74,10 +75,10 @@ class ControllerClient:
             except BrokerError as exc:
                 if exc.code != ResponseCode.CONTROLLER_NOT_LEADER:
                     raise
+                last = exc.format_message()
                 hint = leader_hint(exc.remark)
                 target = hint if hint and hint != target else await self.find_leader()
-                last: CliError = exc
-        raise CliError(f"{last.format_message()} (tried {', '.join(tried)})")
+        raise CliError(f"{last} (tried {', '.join(tried)})")
 
     async def find_leader(self) -> str:
         """The first address that says it is the leader, else the leader address a reachable node names."""
