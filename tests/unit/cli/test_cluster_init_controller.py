@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from orbitmq.broker.config_file import parse_properties
+from orbitmq.broker.config_file import load_broker_conf, parse_properties
 from orbitmq.cli.cluster import init_cluster, init_controller_cluster, members
 from orbitmq.cli.main import main
 from orbitmq.controller import load_controller_conf
@@ -90,3 +90,18 @@ def test_classic_layout_unchanged(tmp_path: Path) -> None:
     init_cluster(tmp_path / "c", namesrv_port=19876, broker_port=20911)
     assert [m[0] for m in members(tmp_path / "c")] == ["namesrv-0", "namesrv-1", "broker-a-0", "broker-a-1",
                                                        "broker-b-0", "broker-b-1"]
+
+
+def test_broker_files_are_accepted_by_the_broker_conf_reader(tmp_path: Path) -> None:
+    d = tmp_path / "c"
+    init_controller_cluster(d, namesrv_port=19876, broker_port=20911, controller_port=19878)
+    for g in "ab":
+        for i in range(3):
+            broker, store, warnings = load_broker_conf(str(d / f"broker-{g}-{i}" / "broker.conf"))
+            assert warnings == []
+            assert (broker.enable_controller_mode, broker.broker_id, broker.all_ack_in_sync_state_set,
+                    broker.in_sync_replicas, broker.min_in_sync_replicas) == (True, -1, True, 2, 1)
+            assert broker.controller_addrs == ["127.0.0.1:19878", "127.0.0.1:19879", "127.0.0.1:19880"]
+            assert (broker.broker_name, broker.namesrv_addrs) == (f"broker-{g}", ["127.0.0.1:19876"])
+            assert broker.ha_listen_port == broker.listen_port + 1
+            assert Path(store.store_path_root_dir).name == "store"
