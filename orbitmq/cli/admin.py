@@ -414,12 +414,14 @@ def cluster_list(namesrv: str, json_mode: bool, timeout_ms: int) -> None:
                 return {}
 
         infos = await asyncio.gather(*(runtime(m[3]) for m in members))
-        from orbitmq.cli.controller_admin import EPOCH_COLUMNS, epoch_columns  # imports this module
+        from orbitmq.cli.controller_admin import epoch_columns  # that module imports this one
 
-        rows, extra = cluster_rows(members, infos), epoch_columns(members, infos)
-        columns = CLUSTER_COLUMNS + (EPOCH_COLUMNS if extra else [])
-        out.table("clusters", columns, [r + e for r, e in zip(rows, extra, strict=True)] if extra else rows,
-                  numeric=("BID", "inTPS", "outTPS", "putToday", "getToday", "lagBytes"))
+        rows = cluster_rows(members, infos)
+        extra_columns, extra = epoch_columns(members, infos)
+        if extra_columns:
+            rows = [r + e for r, e in zip(rows, extra, strict=True)]
+        out.table("clusters", CLUSTER_COLUMNS + extra_columns, rows,
+                  numeric=("BID", "inTPS", "outTPS", "putToday", "getToday", "lagBytes", "epoch"))
 
     run_admin(namesrv, timeout_ms, action)
 

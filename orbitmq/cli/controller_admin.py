@@ -381,16 +381,19 @@ def clean_broker_metadata(controllers: str, cluster: str | None, broker_name: st
 
 
 # ---- clusterList columns -----------------------------------------------------------------------------------
-EPOCH_COLUMNS = ["epoch", "inSync"]
 _ID_RE = re.compile(r"\d+")
 
 
-def epoch_columns(members: Sequence[tuple[str, str, int, str]], infos: Sequence[dict[str, str]]) -> list[list[Any]]:
-    """clusterList's controller-mode cells per member: master epoch (runtime info `masterEpoch`) and SyncStateSet
-    membership ("yes"/"no" from the group master's `syncStateSet` ids; "-" when not reported). Empty list when
-    no broker reports either key (classic clusters keep their columns)."""
-    if not any("masterEpoch" in ri or "syncStateSet" in ri for ri in infos):
-        return []
+def epoch_columns(members: Sequence[tuple[str, str, int, str]],
+                  infos: Sequence[dict[str, str]]) -> tuple[list[str], list[list[Any]]]:
+    """clusterList's extra (columns, cells per member): `epoch` when any broker reports `masterEpoch` in its runtime
+    info, `inSync` when any reports `syncStateSet` ("yes"/"no": the member's id is in the ids its group's master
+    reports; the master itself always is; "-" when the group's master does not report it). ([], []) when neither
+    key is reported, so such clusters keep their columns."""
+    columns = [c for c, key in (("epoch", "masterEpoch"), ("inSync", "syncStateSet"))
+               if any(key in ri for ri in infos)]
+    if not columns:
+        return [], []
     master_set: dict[str, set[int]] = {}
     for (_, name, bid, _), ri in zip(members, infos, strict=True):
         if bid == 0 and "syncStateSet" in ri:
@@ -398,9 +401,10 @@ def epoch_columns(members: Sequence[tuple[str, str, int, str]], infos: Sequence[
     cells = []
     for (_, name, bid, _), ri in zip(members, infos, strict=True):
         ids = master_set.get(name)
-        in_sync = "-" if ids is None else ("yes" if bid == 0 or bid in ids else "no")
-        cells.append([ri.get("masterEpoch", "-"), in_sync])
-    return cells
+        row = {"epoch": ri.get("masterEpoch", "-"),
+               "inSync": "-" if ids is None else ("yes" if bid == 0 or bid in ids else "no")}
+        cells.append([row[c] for c in columns])
+    return columns, cells
 
 
 CONTROLLER_ADMIN_COMMANDS = [get_controller_metadata, get_sync_state_set, elect_master, get_broker_epoch,

@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 from orbitmq.cli.controller_admin import epoch_columns, leader_hint, split_list, sync_state_rows
 from orbitmq.cli.main import main
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from orbitmq.protocol.bodies import BrokerData, ClusterInfo
+from orbitmq.protocol.bodies import BrokerData, ClusterInfo, KVTable
 from orbitmq.protocol.bodies.controller import (
     BrokerMemberGroup,
     BrokerReplicasInfo,
@@ -301,5 +301,32 @@ def test_cluster_list_epoch_columns() -> None:
     members = [("C", "broker-a", 0, "m:1"), ("C", "broker-a", 2, "s:1"), ("C", "broker-a", 3, "t:1"),
                ("C", "broker-b", 0, "x:1")]
     infos = [{"masterEpoch": "4", "syncStateSet": "[1, 2]"}, {"masterEpoch": "4"}, {}, {"brokerRole": "SYNC_MASTER"}]
-    assert epoch_columns(members, infos) == [["4", "yes"], ["4", "yes"], ["-", "no"], ["-", "-"]]
-    assert epoch_columns(members, [{}, {}, {}, {"brokerRole": "SLAVE"}]) == []  # classic cluster: no columns
+    assert epoch_columns(members, infos) == (["epoch", "inSync"], [["4", "yes"], ["4", "yes"], ["-", "no"],
+                                                                  ["-", "-"]])
+    # brokers reporting only their epoch (classic HA): the epoch column alone
+    assert epoch_columns(members, [{"masterEpoch": "2"}, {"masterEpoch": "2"}, {}, {}]) == \
+        (["epoch"], [["2"], ["2"], ["-"], ["-"]])
+    assert epoch_columns(members, [{}, {}, {}, {"brokerRole": "SLAVE"}]) == ([], [])  # neither key: no columns
+
+
+def test_cluster_list_shows_epoch_and_in_sync_from_runtime_info(servers: list[FakeServer]) -> None:
+    ns, master, slave = servers
+    info = ClusterInfo({"broker-a": BrokerData("C1", "broker-a", {0: master.addr, 2: slave.addr})},
+                       {"C1": ["broker-a"]})
+    ns.replies[C.GET_BROKER_CLUSTER_INFO] = lambda cmd: cmd.response(body=info.to_json())
+    runtime = {master: {"brokerRole": "SYNC_MASTER", "masterEpoch": "3", "syncStateSet": "1,2"},
+               slave: {"brokerRole": "SLAVE", "masterEpoch": "3"}}
+    for s in (master, slave):
+        s.replies[C.GET_BROKER_RUNTIME_INFO] = lambda cmd, s=s: cmd.response(body=KVTable(runtime[s]).to_json())
+    r = run("clusterList", "-n", ns.addr, "--json")
+    assert r.exit_code == 0, r.output
+    assert [(x["BID"], x["role"], x["epoch"], x["inSync"]) for x in orjson.loads(r.stdout)] == [
+        (0, "SYNC_MASTER", "3", "yes"), (2, "SLAVE", "3", "yes")]
+    runtime[master]["syncStateSet"] = "[1]"
+    rows = orjson.loads(run("clusterList", "-n", ns.addr, "--json").stdout)
+    assert [x["inSync"] for x in rows] == ["yes", "no"]
+    for s in (master, slave):
+        del runtime[s]["masterEpoch"]
+    del runtime[master]["syncStateSet"]
+    rows = orjson.loads(run("clusterList", "-n", ns.addr, "--json").stdout)
+    assert "epoch" not in rows[0] and "inSync" not in rows[0]
