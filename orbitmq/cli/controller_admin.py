@@ -8,15 +8,16 @@ Talks the wire protocol through admin.py's AdminSession; errors are one line and
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import click
 
 from orbitmq.base.clock import REAL_CLOCK
 from orbitmq.cli import CliError, Output
-from orbitmq.cli.admin import AdminSession, BrokerError, common_options, run_admin
+from orbitmq.cli.admin import AdminSession, BrokerError, common_options, fmt_ms, run_admin
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies import ClusterInfo
 from orbitmq.protocol.bodies.controller import (
@@ -124,12 +125,30 @@ def _only_successes(results: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
 
 
 def controller_option(fn: Any) -> Any:
-    return click.option("-a", "--controller-address", "controllers", required=True,
+    return click.option("-a", "--controller-address", "--controllerAddress", "controllers", required=True,
                         help="controller address(es) 'ip:port' or 'ip:port;ip:port' (the leader is found)")(fn)
 
 
 def _now_ms() -> int:
     return REAL_CLOCK.now_ms()
+
+
+def repeat_options(fn: Any) -> Any:
+    fn = click.option("--count", type=click.IntRange(min=0), default=0, show_default=True,
+                      help="with -i: stop after this many prints (0 = until Ctrl-C)")(fn)
+    return click.option("-i", "--interval", type=click.FloatRange(min=0.01), default=None,
+                        help="print again every INTERVAL seconds (mqadmin's -i)")(fn)
+
+
+async def repeat(interval: float | None, count: int, once: Callable[[], Awaitable[None]]) -> None:
+    """once(), then again every `interval` seconds while `count` (0 = forever) allows; once only without -i."""
+    done = 0
+    while True:
+        await once()
+        done += 1
+        if interval is None or (count and done >= count):
+            return
+        await asyncio.sleep(interval)
 
 
 # ---- commands ----------------------------------------------------------------------------------------------
@@ -176,11 +195,13 @@ SYNC_STATE_COLUMNS = ["brokerName", "masterId", "masterAddress", "masterEpoch", 
 
 @click.command("getSyncStateSet")
 @controller_option
-@click.option("-b", "--broker-name", "broker_names", default=None, help="broker name(s) 'a,b' (or -c)")
-@click.option("-c", "--cluster", default=None, help="every broker name of this cluster (asks the name server)")
+@click.option("-b", "--broker-name", "--brokerName", "broker_names", default=None, help="broker name(s) 'a,b' (or -c)")
+@click.option("-c", "--cluster", "--clusterName", "cluster", default=None,
+              help="every broker name of this cluster (asks the name server)")
+@repeat_options
 @common_options
-def get_sync_state_set(controllers: str, broker_names: str | None, cluster: str | None, namesrv: str,
-                       json_mode: bool, timeout_ms: int) -> None:
+def get_sync_state_set(controllers: str, broker_names: str | None, cluster: str | None, interval: float | None,
+                       count: int, namesrv: str, json_mode: bool, timeout_ms: int) -> None:
     """Master, epochs and in-sync / not-in-sync replicas of broker-sets (GET_SYNC_STATE_DATA, 1006)."""
     if (broker_names is None) == (cluster is None):
         raise click.UsageError("give exactly one of -b BROKER_NAME[,...] or -c CLUSTER")
@@ -189,15 +210,23 @@ def get_sync_state_set(controllers: str, broker_names: str | None, cluster: str 
     async def action(s: AdminSession) -> None:
         names = split_list(broker_names) if broker_names else await _cluster_broker_names(s, cluster or "")
         c = ControllerClient(s, controllers)
-        resp = await c.call_leader(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, body=broker_names_body(names))
-        info = BrokerReplicasInfo.from_json(resp.body)
-        if json_mode:
-            out.json(info.to_json_obj())
-            return
-        out.table("SyncStateSet", SYNC_STATE_COLUMNS, sync_state_rows(info, names),
-                  numeric=("masterId", "masterEpoch", "syncStateSetEpoch", "brokerId"))
+
+        async def once() -> None:
+            resp = await c.call_leader(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, body=broker_names_body(names))
+            info = BrokerReplicasInfo.from_json(resp.body)
+            if json_mode:
+                out.json(info.to_json_obj())
+                return
+            out.table(_title("SyncStateSet", interval), SYNC_STATE_COLUMNS, sync_state_rows(info, names),
+                      numeric=("masterId", "masterEpoch", "syncStateSetEpoch", "brokerId"))
+
+        await repeat(interval, count, once)
 
     run_admin(namesrv, timeout_ms, action)
+
+
+def _title(title: str, interval: float | None) -> str:
+    return title if interval is None else f"{title} at {fmt_ms(_now_ms())}"
 
 
 async def _cluster_broker_names(s: AdminSession, cluster: str) -> list[str]:
@@ -210,9 +239,11 @@ async def _cluster_broker_names(s: AdminSession, cluster: str) -> list[str]:
 
 @click.command("electMaster")
 @controller_option
-@click.option("-c", "--cluster", required=True, help="cluster name")
-@click.option("-bn", "--broker-name", required=True, help="broker name (mqadmin's -bn)")
-@click.option("-b", "--broker-id", type=int, required=True, help="controller id of the broker to make master")
+@click.option("-c", "--cluster", "--clusterName", "cluster", required=True, help="cluster name")
+@click.option("-bn", "--broker-name", "--brokerName", "broker_name", required=True,
+              help="broker name (mqadmin's -bn)")
+@click.option("-b", "--broker-id", "--brokerId", "broker_id", type=int, required=True,
+              help="controller id of the broker to make master")
 @common_options
 def elect_master(controllers: str, cluster: str, broker_name: str, broker_id: int, namesrv: str, json_mode: bool,
                  timeout_ms: int) -> None:
@@ -248,37 +279,46 @@ def epoch_rows(name: str, bid: int, addr: str, cache: EpochEntryCache) -> list[l
 
 
 @click.command("getBrokerEpoch")
-@click.option("-b", "--broker-name", default=None, help="broker name (its members come from the name server)")
-@click.option("-c", "--cluster", default=None, help="every broker group of this cluster")
+@click.option("-b", "--broker-name", "--brokerName", "broker_name", default=None,
+              help="broker name (its members come from the name server)")
+@click.option("-c", "--cluster", "--clusterName", "cluster", default=None, help="every broker group of this cluster")
+@repeat_options
 @common_options
-def get_broker_epoch(broker_name: str | None, cluster: str | None, namesrv: str, json_mode: bool,
-                     timeout_ms: int) -> None:
+def get_broker_epoch(broker_name: str | None, cluster: str | None, interval: float | None, count: int,
+                     namesrv: str, json_mode: bool, timeout_ms: int) -> None:
     """Each replica's epoch history: epoch, start and end offsets (GET_BROKER_EPOCH_CACHE, 1007, to brokers)."""
     if broker_name is None and cluster is None:
         raise click.UsageError("give -b BROKER_NAME or -c CLUSTER")
     out = Output(json_mode)
 
     async def action(s: AdminSession) -> None:
-        info = await s.cluster_info()
-        targets = _epoch_targets(info, broker_name, cluster)
-        rows: list[list[Any]] = []
-        errors: list[tuple[str, CliError]] = []
-        for name, bid, addr in targets:
-            try:
-                resp = await s.call(addr, RequestCode.GET_BROKER_EPOCH_CACHE)
-            except CliError as exc:
-                errors.append((addr, exc))
-                continue
-            rows += epoch_rows(name, bid, addr, EpochEntryCache.from_json(resp.body))
-        if errors and not rows:
-            raise errors[0][1]
-        for addr, err in errors:
-            click.echo(f"orbitmq: note: {addr}: {err.format_message()}", err=True)
-        out.table("broker epochs", ["brokerName", "brokerId", "address", "epoch", "startOffset", "endOffset",
-                                    "maxOffset"], rows,
-                  numeric=("brokerId", "epoch", "startOffset", "endOffset", "maxOffset"))
+        async def once() -> None:
+            rows = await _broker_epochs(s, _epoch_targets(await s.cluster_info(), broker_name, cluster))
+            out.table(_title("broker epochs", interval), ["brokerName", "brokerId", "address", "epoch",
+                                                           "startOffset", "endOffset", "maxOffset"], rows,
+                      numeric=("brokerId", "epoch", "startOffset", "endOffset", "maxOffset"))
+
+        await repeat(interval, count, once)
 
     run_admin(namesrv, timeout_ms, action)
+
+
+async def _broker_epochs(s: AdminSession, targets: list[tuple[str, int, str]]) -> list[list[Any]]:
+    """1007 to each (brokerName, id, addr); an unreachable member is a note unless every member is."""
+    rows: list[list[Any]] = []
+    errors: list[tuple[str, CliError]] = []
+    for name, bid, addr in targets:
+        try:
+            resp = await s.call(addr, RequestCode.GET_BROKER_EPOCH_CACHE)
+        except CliError as exc:
+            errors.append((addr, exc))
+            continue
+        rows += epoch_rows(name, bid, addr, EpochEntryCache.from_json(resp.body))
+    if errors and not rows:
+        raise errors[0][1]
+    for addr, err in errors:
+        click.echo(f"orbitmq: note: {addr}: {err.format_message()}", err=True)
+    return rows
 
 
 def _epoch_targets(info: ClusterInfo, broker_name: str | None, cluster: str | None) -> list[tuple[str, int, str]]:
@@ -353,10 +393,13 @@ def update_controller_config(controllers: str, key: str, value: str, namesrv: st
 
 @click.command("cleanBrokerMetadata")
 @controller_option
-@click.option("-c", "--cluster", default=None, help="cluster name")
-@click.option("-bn", "--broker-name", required=True, help="broker name (mqadmin's -bn)")
-@click.option("-b", "--broker-ids", default=None, help="controller ids to clean '1;2' (default: the whole set)")
-@click.option("-l", "--clean-living", is_flag=True, help="also clean brokers that are alive")
+@click.option("-c", "--cluster", "--clusterName", "cluster", default=None, help="cluster name")
+@click.option("-bn", "--broker-name", "--brokerName", "broker_name", required=True,
+              help="broker name (mqadmin's -bn)")
+@click.option("-b", "--broker-ids", "--brokerControllerIdsToClean", "broker_ids", default=None,
+              help="controller ids to clean '1;2' (default: the whole set)")
+@click.option("-l", "--clean-living", "--cleanLivingBroker", "clean_living", is_flag=True,
+              help="also clean brokers that are alive")
 @common_options
 def clean_broker_metadata(controllers: str, cluster: str | None, broker_name: str, broker_ids: str | None,
                           clean_living: bool, namesrv: str, json_mode: bool, timeout_ms: int) -> None:

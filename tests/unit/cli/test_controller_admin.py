@@ -330,3 +330,36 @@ def test_cluster_list_shows_epoch_and_in_sync_from_runtime_info(servers: list[Fa
     del runtime[master]["syncStateSet"]
     rows = orjson.loads(run("clusterList", "-n", ns.addr, "--json").stdout)
     assert "epoch" not in rows[0] and "inSync" not in rows[0]
+
+
+def test_interval_prints_again_until_count(servers: list[FakeServer]) -> None:
+    ctrl, ns, broker = servers
+    ctrl.replies[C.CONTROLLER_GET_METADATA_INFO] = meta(ctrl, ctrl)
+    ctrl.replies[C.CONTROLLER_GET_SYNC_STATE_DATA] = replicas_body
+    r = run("getSyncStateSet", "-a", ctrl.addr, "-b", "broker-a", "-i", "0.05", "--count", "3")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count("# SyncStateSet at ") == 3
+    assert ctrl.codes().count(C.CONTROLLER_GET_SYNC_STATE_DATA) == 3
+    info = ClusterInfo({"broker-a": BrokerData("C1", "broker-a", {0: broker.addr})}, {"C1": ["broker-a"]})
+    ns.replies[C.GET_BROKER_CLUSTER_INFO] = lambda cmd: cmd.response(body=info.to_json())
+    broker.replies[C.GET_BROKER_EPOCH_CACHE] = lambda cmd: cmd.response(body=EpochEntryCache().to_json())
+    r = run("getBrokerEpoch", "-b", "broker-a", "-n", ns.addr, "-i", "0.05", "--count", "2")
+    assert r.exit_code == 0 and r.stdout.count("# broker epochs at ") == 2
+    assert broker.codes().count(C.GET_BROKER_EPOCH_CACHE) == 2
+    assert run("getSyncStateSet", "-a", ctrl.addr, "-b", "broker-a", "-i", "0").exit_code == 2
+
+
+def test_mqadmin_long_option_names(servers: list[FakeServer]) -> None:
+    ctrl = servers[0]
+    ctrl.replies[C.CONTROLLER_GET_METADATA_INFO] = meta(ctrl, ctrl)
+    ctrl.replies[C.CLEAN_BROKER_DATA] = lambda cmd: cmd.response()
+    ctrl.replies[C.CONTROLLER_ELECT_MASTER] = lambda cmd: cmd.response(
+        ext_fields=ElectMasterResponseHeader(1, "m:1", 2, 2).to_ext())
+    r = run("cleanBrokerMetadata", "--controllerAddress", ctrl.addr, "--clusterName", "C1", "--brokerName",
+            "broker-a", "--brokerControllerIdsToClean", "3", "--cleanLivingBroker")
+    assert r.exit_code == 0, r.output
+    ext = [c for c in ctrl.requests if c.code == C.CLEAN_BROKER_DATA][0].ext_fields
+    assert (ext["clusterName"], ext["brokerControllerIdsToClean"], ext["isCleanLivingBroker"]) == ("C1", "3", "true")
+    r = run("electMaster", "--controllerAddress", ctrl.addr, "--clusterName", "C1", "--brokerName", "broker-a",
+            "--brokerId", "1")
+    assert r.exit_code == 0, r.output
