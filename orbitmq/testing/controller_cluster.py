@@ -101,6 +101,10 @@ class ProxyLoop:
         self._thread.join(5)
 
 
+async def _cut(p: TcpProxy) -> None:
+    p.cut()
+
+
 # ---- HA gate: a forwarder per broker inside a network namespace -----------------------------------------
 def netns_available() -> bool:
     """Root with `ip` and network namespaces (what HaGate needs)."""
@@ -364,14 +368,22 @@ class ControllerCluster:
         for p in self.all_procs():
             p.wait_ready(timeout_s)
 
-    def cut_controller_links(self, m: BrokerMember) -> None:
-        """Partition the broker from every controller (its live connections reset, new connects refused)."""
+    def cut_controller_links(self, m: BrokerMember, silent: bool = False) -> None:
+        """Partition the broker from every controller. Default: its live connections reset and new connects are
+        refused (the controllers see the close at once). silent=True: a black hole — connections stay open (new ones
+        are accepted) but no byte passes either way, so the controllers only notice through heartbeat expiry."""
         for p in m.ctl_proxies:
-            self.proxies.block(p)
+            if silent:
+                self.proxies.loop.call_soon_threadsafe(setattr, p, "delay_ms", 1e12)
+            else:
+                self.proxies.block(p)
 
     def heal_controller_links(self, m: BrokerMember) -> None:
+        """Undo either kind of cut (black-holed connections are reset; the broker reconnects)."""
         for p in m.ctl_proxies:
+            self.proxies.loop.call_soon_threadsafe(setattr, p, "delay_ms", 0.0)
             self.proxies.unblock(p)
+            self.proxies.run(_cut(p))
 
     def cut_ha(self, m: BrokerMember) -> None:
         """Cut every replica's HA link to this broker (needs ha_gate=True)."""
@@ -384,9 +396,10 @@ class ControllerCluster:
             raise RuntimeError("heal_ha needs ControllerCluster(ha_gate=True)")
         self.gate.open(m.ha_port)
 
-    def isolate(self, m: BrokerMember) -> None:
-        """The isolated-master partition: no controller, no replica; clients and the name server still reach it."""
-        self.cut_controller_links(m)
+    def isolate(self, m: BrokerMember, silent: bool = True) -> None:
+        """The isolated-master partition: no controller (black-holed unless silent=False), no replica (HA links cut);
+        clients and the name server still reach it."""
+        self.cut_controller_links(m, silent)
         self.cut_ha(m)
 
     def heal(self, m: BrokerMember) -> None:
