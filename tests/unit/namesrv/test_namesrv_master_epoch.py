@@ -167,3 +167,43 @@ def test_handler_reads_state_version_from_the_body_and_refuses_the_stale_master(
                                 {"brokerName": "broker-a", "brokerAddr": "127.0.0.1:10911", "clusterName": "C1",
                                  "brokerId": "0"}, DataVersion(111, 1, 6).to_json())
     assert h(Conn(), q).ext_fields["changed"] == "true"
+
+
+# ---- randomized: registrations with epochs, closes and time; invariants after every step -------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_ADDRS = ["a:1", "b:1", "c:1"]
+_op = st.one_of(
+    st.tuples(st.just("register"), st.sampled_from(_ADDRS), st.integers(0, 2), st.integers(0, 4)),
+    st.tuples(st.just("close"), st.sampled_from(_ADDRS)),
+    st.tuples(st.just("tick"), st.integers(0, 2 * EXPIRY_MS)),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(_op, max_size=40))
+def test_random_registrations_respect_master_epochs(ops) -> None:
+    t = RouteTable(broker_channel_expired_time_ms=EXPIRY_MS)
+    channels = {a: object() for a in _ADDRS}
+    now = 0
+    for op in ops:
+        if op[0] == "register":
+            _, addr, bid, epoch = op
+            group = t.group("broker-a")
+            holder = None if group is None else group.addrs.get(0)
+            live = t.live_brokers().get(holder) if holder else None
+            stronger = (bid == 0 and holder not in (None, addr) and live is not None
+                        and live.last_update_ms >= now - EXPIRY_MS and state_version(live.data_version) > epoch)
+            r = reg(t, addr, bid=bid, epoch=epoch, now=now, channel=channels[addr])
+            if stronger:
+                assert r.rejected_by == holder and t.group("broker-a").addrs[0] == holder
+                assert addr not in t.live_brokers()
+            else:
+                assert r.rejected_by is None and t.group("broker-a").addrs[bid] == addr
+        elif op[0] == "close":
+            t.on_channel_closed(channels[op[1]])
+        else:
+            now += op[1]
+            t.expire(now)
+        t.check_invariants()
