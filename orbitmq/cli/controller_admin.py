@@ -17,7 +17,7 @@ import click
 
 from orbitmq.base.clock import REAL_CLOCK
 from orbitmq.cli import CliError, Output
-from orbitmq.cli.admin import AdminSession, BrokerError, common_options, fmt_ms, run_admin
+from orbitmq.cli.admin import LONG_MAX, AdminSession, BrokerError, common_options, fmt_ms, run_admin
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies import ClusterInfo
 from orbitmq.protocol.bodies.controller import (
@@ -34,7 +34,6 @@ from orbitmq.protocol.bodies.controller import (
 )
 from orbitmq.protocol.ext import HeaderError
 
-LONG_MAX = (1 << 63) - 1
 _ADDR_RE = re.compile(r"([A-Za-z0-9_.\-]+:\d{1,5})")
 
 
