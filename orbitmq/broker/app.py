@@ -175,11 +175,17 @@ class Broker:
                 listener(ctx.acting_master)
 
     def _on_outer_request(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
-        """Requests a name server sends over the broker's outgoing connection (RIP-32: 905)."""
+        """Requests a name server or controller sends over the broker's outgoing connection (RIP-32: 905;
+        RIP-44: 1008)."""
         if cmd.code == RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE:
             svc = self.ctx.services.get("acting_master") if self.ctx is not None else None
             if svc is not None:
                 svc.on_notify(dict(cmd.ext_fields or {}))
+            return None if cmd.is_oneway else cmd.response()
+        if cmd.code == RequestCode.NOTIFY_BROKER_ROLE_CHANGED:  # RIP-44: pushed by a controller
+            rm = self.ctx.services.get("replicas_manager") if self.ctx is not None else None
+            if rm is not None:
+                rm.on_role_notify(cmd)
             return None if cmd.is_oneway else cmd.response()
         if cmd.is_oneway:
             return None

@@ -85,7 +85,9 @@ class BrokerRegistration:
                                        tc.topic_filter_type, tc.topic_sys_flag, tc.order)
                      for name, tc in table.items()}
         dv = self._topics.data_version
-        wrapper = TopicConfigSerializeWrapper(table, DataVersion(timestamp=dv.timestamp, counter=dv.counter))
+        # stateVersion = master epoch in controller mode: name servers prefer the newer master (#6316)
+        wrapper = TopicConfigSerializeWrapper(table, DataVersion(timestamp=dv.timestamp, counter=dv.counter,
+                                                                 state_version=dv.state_version))
         return RegisterBrokerBody(wrapper, []).encode(compressed=cfg.compressed_register)
 
     def _header(self, cfg: BrokerConfig) -> dict[str, str]:

@@ -256,6 +256,19 @@ class MessageStore:
             f"{t}-{q}": off for (t, q), off in self.cq_table.queue_max_offsets().items()
         }
 
+    def raise_queue_offsets(self) -> int:
+        """Controller mode, before a promoted replica accepts writes: lift every queue's next offset to at least
+        its ConsumeQueue's max, never lowering one (#6344 / #7689: a new master must not reuse queue offsets).
+        Returns how many queues were raised."""
+        table = self.commitlog.topic_queue_table
+        raised = 0
+        for (topic, queue_id), off in self.cq_table.queue_max_offsets().items():
+            key = f"{topic}-{queue_id}"
+            if table.get(key, 0) < off:
+                table[key] = off
+                raised += 1
+        return raised
+
     # ---- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> None:
         if not self._loaded:

@@ -78,6 +78,8 @@ class BrokerService(Protocol):
 # "module:function" of every service factory, in start order. Append one line per service.
 FACTORIES: list[str] = [
     "orbitmq.broker.services.dedup:create",  # first: sees every send before other hooks rewrite or answer it
+    # RIP-44 controller mode (enableControllerMode; replaces "ha"): before the services that read the role
+    "orbitmq.broker.controller_mode.replicas_manager:create",
     "orbitmq.broker.services.acting_master:create",  # RIP-32 member group; before the services that listen to it
     "orbitmq.broker.services.delay:create",
     "orbitmq.broker.services.retry:create",

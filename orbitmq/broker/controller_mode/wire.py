@@ -1,0 +1,116 @@
+"""Request handlers of controller mode on the broker's port: NOTIFY_BROKER_ROLE_CHANGED (1008),
+EXCHANGE_BROKER_HA_INFO (906), GET_BROKER_EPOCH_CACHE (1007), GET_BROKER_RUNTIME_INFO (with the controller-mode
+fields) and UPDATE_CONSUMER_OFFSET (committed, then forwarded to the other members). Translation only: state and
+decisions belong to the ReplicasManager.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from orbitmq.broker.handlers import admin as admin_handlers
+from orbitmq.broker.handlers import offsets as offset_handlers
+from orbitmq.broker.services.metadata_sync import is_forwarded
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.protocol.bodies import KVTable
+from orbitmq.protocol.bodies.controller import EpochEntry, EpochEntryCache
+from orbitmq.protocol.ext import HeaderError
+
+if TYPE_CHECKING:
+    from orbitmq.broker.controller_mode.replicas_manager import ReplicasManager
+
+LONG_MAX = (1 << 63) - 1
+
+
+def epoch_cache_body(rm: ReplicasManager) -> EpochEntryCache:
+    cfg = rm.ctx.config
+    store = rm.ctx.store
+    entries = store.epoch_entries
+    out = []
+    for i, (epoch, start) in enumerate(entries):
+        end = entries[i + 1][1] if i + 1 < len(entries) else LONG_MAX
+        out.append(EpochEntry(epoch, start, end))
+    return EpochEntryCache(cfg.broker_cluster_name, cfg.broker_name, rm.broker_id if rm.broker_id is not None else -1,
+                           tuple(out), store.max_phys_offset)
+
+
+def runtime(rm: ReplicasManager) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO additions in controller mode."""
+    now = rm.clock.monotonic_ms()
+    fence = rm.write_fence()
+    out = {
+        "controllerMode": "true",
+        "controllerRole": rm.role,
+        "brokerRole": rm.ctx.config.broker_role,
+        "brokerId": str(rm.ctx.config.broker_id),
+        "controllerBrokerId": str(rm.broker_id if rm.broker_id is not None else -1),
+        "controllerLeader": rm.link.leader_addr or "",
+        "masterEpoch": str(rm.master_epoch),
+        "masterAddr": rm.master_addr or "",
+        "syncStateSet": ",".join(map(str, sorted(rm.sync_state_set))),
+        "syncStateSetEpoch": str(rm.sss_epoch),
+        "leaseRemainingMs": str(rm.lease.remaining_ms(now) if rm.lease.valid(now, rm.master_epoch) else 0),
+        "haConfirmOffset": str(rm.ha.confirm_offset),
+        "fenced": "true" if fence is not None else "false",
+        "fenceReason": fence[1] if fence is not None else "",
+        "roleChanges": str(rm.role_changes),
+        "electionsAsked": str(rm.elections_asked),
+        "leaseRenewals": str(rm.lease.renewals),
+        "leaseDrops": str(rm.lease.drops),
+        "replicaMetadataSyncs": str(rm.metadata_syncs),
+        "haServerAddr": rm.ctx.config.ha_server_addr,
+        "controllerLastError": rm.last_error,
+    }
+    for k, v in rm.ha.status().items():
+        out.setdefault(k, v)
+    return out
+
+
+def handlers(rm: ReplicasManager) -> dict[int, Callable[..., Any]]:
+    ctx = rm.ctx
+    update_offset = offset_handlers.handlers(ctx)[RequestCode.UPDATE_CONSUMER_OFFSET]
+
+    def notify_role_changed(conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+        try:
+            rm.on_role_notify(cmd)
+        except (HeaderError, ValueError, TypeError) as e:
+            return None if cmd.is_oneway else cmd.response(ResponseCode.SYSTEM_ERROR, f"bad role notification: {e}")
+        return None if cmd.is_oneway else cmd.response()
+
+    def exchange_ha_info(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        cfg = ctx.config
+        master = rm.role == "MASTER"
+        return cmd.response(ext_fields={
+            "masterHaAddress": cfg.ha_server_addr if master else "",
+            "masterAddress": cfg.broker_addr if master else (rm.master_addr or ""),
+            "masterFlushOffset": str(ctx.store.flushed_offset) if master else "0",
+        })
+
+    def epoch_cache(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(body=epoch_cache_body(rm).to_json())
+
+    def runtime_info(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        table = admin_handlers.runtime_info(ctx, rm.boot_ms)
+        table.update(runtime(rm))
+        for extra in ctx.runtime_extras:
+            table.update(extra())
+        return cmd.response(body=KVTable(table).to_json())
+
+    def update_consumer_offset(conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+        ext = dict(cmd.ext_fields or {})
+        try:
+            resp = update_offset(conn, cmd)
+        except HeaderError as e:
+            return None if cmd.is_oneway else cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        if not is_forwarded(ext) and (resp is None or resp.code == ResponseCode.SUCCESS):
+            rm.forward_offset(ext)
+        return resp
+
+    return {
+        int(RequestCode.NOTIFY_BROKER_ROLE_CHANGED): notify_role_changed,
+        int(RequestCode.EXCHANGE_BROKER_HA_INFO): exchange_ha_info,
+        int(RequestCode.GET_BROKER_EPOCH_CACHE): epoch_cache,
+        int(RequestCode.GET_BROKER_RUNTIME_INFO): runtime_info,
+        int(RequestCode.UPDATE_CONSUMER_OFFSET): update_consumer_offset,
+    }
