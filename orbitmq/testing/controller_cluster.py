@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from orbitmq.protocol.bodies import BrokerReplicasInfo, GetMetaDataResponseHeader, TopicRouteData
+from orbitmq.protocol.bodies import BrokerReplicasInfo, GetMetaDataResponseHeader, KVTable, TopicRouteData
 from orbitmq.protocol.bodies.controller import ReplicasInfo, broker_names_body
 from orbitmq.testing.procs import (
     LOCALHOST,
@@ -461,6 +461,13 @@ class ControllerCluster:
             if bd.broker_name == g:
                 return bd.broker_addrs.get(0)
         return None
+
+    def runtime_info(self, m: BrokerMember, timeout_s: float = 2.0) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO of a broker (commitLogMaxOffset, haRole, haTruncations, ...)."""
+        resp = blocking_request(m.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), timeout_s)
+        if resp.code != ResponseCode.SUCCESS or not resp.body:
+            return {}
+        return dict(KVTable.from_json(resp.body).table)
 
     def member_by_addr(self, addr: str | None) -> BrokerMember | None:
         return next((m for ms in self.groups.values() for m in ms if m.addr == addr), None)

@@ -89,8 +89,9 @@ class SendLoad:
 
 
 async def probe_send(client: RemotingClient, addr: str, topic: str, body: str, queue_id: int = 0,
-                     timeout_ms: int = 1000) -> Ack | None:
-    """One SEND_MESSAGE_V2 (WAIT=true) straight to `addr`; the Ack when the broker answered SUCCESS."""
+                     timeout_ms: int = 1000, answers: list[int] | None = None) -> Ack | None:
+    """One SEND_MESSAGE_V2 (WAIT=true) straight to `addr`; the Ack when the broker answered SUCCESS. The response
+    code of every answer (success or not; none on a timeout or connection error) is appended to `answers`."""
     header = to_send_v2({"producerGroup": "PG_probe", "topic": topic, "defaultTopic": "TBW102",
                          "defaultTopicQueueNums": "4", "queueId": str(queue_id), "sysFlag": "0",
                          "bornTimestamp": str(int(time.time() * 1000)), "flag": "0",
@@ -101,6 +102,8 @@ async def probe_send(client: RemotingClient, addr: str, topic: str, body: str, q
                                    timeout_ms)
     except (RemotingError, OSError):
         return None
+    if answers is not None:
+        answers.append(resp.code)
     if resp.code != ResponseCode.SUCCESS:
         return None
     mq = MessageQueue(topic, resp.ext_fields.get("MSG_REGION", ""), queue_id)
@@ -171,7 +174,7 @@ async def read_topic_at(addr: str, topic: str, queues: int) -> dict[MessageQueue
             offset, end = await broker_api.min_offset(client, addr, mq), await broker_api.max_offset(client, addr, mq)
             msgs: list[MessageExt] = []
             while offset < end:
-                h = broker_api.pull_header("readback", mq, offset, 32, 0, 0, "*", 0)
+                h = broker_api.pull_header("readback", mq, offset, 32, broker_api.PULL_FLAG_SUBSCRIPTION, 0, 0, "*", 0)
                 r = await broker_api.pull(client, addr, h, 5000, None)
                 if r.status is not PullStatus.FOUND or r.next_begin_offset <= offset:
                     break
@@ -185,12 +188,13 @@ async def read_topic_at(addr: str, topic: str, queues: int) -> dict[MessageQueue
 
 class OffsetWatch:
     """Polls the route master every `every_s`: the max queue offset of each queue of `topic` and the committed offset
-    of `group`; `backwards()` lists every value that ever went down (per queue)."""
+    of `group`; `backwards()` lists every value that ever went down (per queue), with the brokers that answered."""
 
     def __init__(self, cluster: ControllerCluster, topic: str, group: str, queues: int, every_s: float = 0.2) -> None:
         self.cluster, self.topic, self.group, self.queues, self.every_s = cluster, topic, group, queues, every_s
-        self.series: dict[tuple[str, int], list[int]] = {}
+        self.series: dict[tuple[str, int], list[tuple[float, str, int]]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._t0 = time.monotonic()
 
     def start(self) -> OffsetWatch:
         self._task = asyncio.ensure_future(self._poll())
@@ -204,20 +208,22 @@ class OffsetWatch:
                 for qid in range(self.queues if addr else 0):
                     mq = MessageQueue(self.topic, self.cluster.first_group, qid)
                     with contextlib.suppress(Exception):
-                        self._add(("max", qid), await broker_api.max_offset(client, str(addr), mq, 1000))
-                        self._add(("committed", qid), await broker_api.query_consumer_offset(
+                        self._add(("max", qid), str(addr), await broker_api.max_offset(client, str(addr), mq, 1000))
+                        self._add(("committed", qid), str(addr), await broker_api.query_consumer_offset(
                             client, str(addr), self.group, mq, 1000))
                 await asyncio.sleep(self.every_s)
         finally:
             await client.close()
 
-    def _add(self, key: tuple[str, int], value: int) -> None:
+    def _add(self, key: tuple[str, int], addr: str, value: int) -> None:
         if value >= 0:
-            self.series.setdefault(key, []).append(value)
+            s = self.series.setdefault(key, [])
+            if not s or s[-1][1:] != (addr, value):
+                s.append((time.monotonic() - self._t0, addr, value))
 
     def backwards(self) -> list[str]:
-        return [f"{kind} offset of queue {q} went {a} -> {b}" for (kind, q), s in self.series.items()
-                for a, b in zip(s, s[1:], strict=False) if b < a]
+        return [f"{kind} offset of queue {q} went {a[2]} ({a[1]}, t={a[0]:.2f}s) -> {b[2]} ({b[1]}, t={b[0]:.2f}s)"
+                for (kind, q), s in self.series.items() for a, b in zip(s, s[1:], strict=False) if b[2] < a[2]]
 
     async def stop(self) -> None:
         if self._task is not None:

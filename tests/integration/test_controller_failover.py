@@ -90,7 +90,7 @@ async def create_topic(c: ControllerCluster) -> None:
 async def start_consumer(c: ControllerCluster, seen: list[str]) -> PushConsumer:
     def listener(msgs: list[Any]) -> ConsumeResult:
         seen.extend(m.body.decode() for m in msgs)
-        return ConsumeResult.CONSUME_SUCCESS
+        return ConsumeResult.SUCCESS
 
     consumer = PushConsumer(GROUP, c.ns_addr, persist_offset_interval_ms=500,
                             consume_from_where="CONSUME_FROM_FIRST_OFFSET", rebalance_interval_ms=2000)
@@ -280,14 +280,15 @@ def test_controller_leader_kill_then_master_kill(cluster_factory: Any) -> None:
 
 
 # ---- the isolated master --------------------------------------------------------------------------------
-async def _probe_loop(addr: str, stop: asyncio.Event, acks: list[Ack], prefix: str) -> None:
-    """Keep writing straight to `addr` (one probe at a time); record every SUCCESS."""
+async def _probe_loop(addr: str, stop: asyncio.Event, acks: list[Ack], answers: list[int], prefix: str) -> None:
+    """Keep writing straight to `addr` (one probe at a time); record every SUCCESS and every answer's code."""
     client = RemotingClient(name="iso-probe")
     i = 0
     try:
         while not stop.is_set():
             i += 1
-            ack = await probe_send(client, addr, TOPIC, f"{prefix}-{i}", queue_id=i % QUEUES, timeout_ms=1500)
+            ack = await probe_send(client, addr, TOPIC, f"{prefix}-{i}", queue_id=i % QUEUES, timeout_ms=1500,
+                                   answers=answers)
             if ack is not None:
                 acks.append(ack)
             await asyncio.sleep(0.05)
@@ -300,12 +301,14 @@ async def _isolated_master(c: ControllerCluster) -> None:
     load = await SendLoad(c.ns_addr, TOPIC, senders=2, run="iso").start()
     stop = asyncio.Event()
     iso_acks: list[Ack] = []
+    answers: list[int] = []
     try:
         await wait_for_acks(load, 50)
         old = await asyncio.to_thread(lambda: c.wait_master(topic=TOPIC))
-        prober = asyncio.ensure_future(_probe_loop(old.addr, stop, iso_acks, "iso-probe"))
+        prober = asyncio.ensure_future(_probe_loop(old.addr, stop, iso_acks, answers, "iso-probe"))
         await asyncio.to_thread(c.isolate, old)
         t_cut = time.monotonic()
+        answered_before_cut = len(answers)
         new = await asyncio.to_thread(lambda: c.wait_master(not_addr=old.addr, timeout_s=30.0))
         t_deposed = time.monotonic()
         print(f"{old.name} isolated; controller elected {new.name} after {t_deposed - t_cut:.3f}s")
@@ -313,10 +316,11 @@ async def _isolated_master(c: ControllerCluster) -> None:
         await asyncio.sleep(3.0)  # the isolated master keeps being probed for a while
         stop.set()
         await prober
+        assert len(answers) > answered_before_cut, "the isolated master stopped answering clients"
         late = [a for a in iso_acks if a.t >= t_deposed]
         assert not late, f"the deposed master acknowledged {len(late)} writes, e.g. {late[:3]}"
         print(f"isolated master acknowledged {len([a for a in iso_acks if a.t >= t_cut])} probes after the cut "
-              f"(none after it was deposed)")
+              f"(none after it was deposed); its answers: {sorted(set(answers[answered_before_cut:]))}")
         await asyncio.to_thread(c.heal, old)
         await asyncio.to_thread(c.wait_group_ready, None, 3, 60.0)
         assert (await asyncio.to_thread(c.master)) is new
@@ -368,6 +372,7 @@ async def _divergent_tail(c: ControllerCluster) -> None:
     try:
         await wait_for_acks(load, 30)
         old = await asyncio.to_thread(lambda: c.wait_master(topic=TOPIC))
+        max_before = int((await asyncio.to_thread(c.runtime_info, old))["commitLogMaxOffset"])
         await asyncio.to_thread(c.isolate, old)
         client = RemotingClient(name="tail-writer")
         tail_acked = []
@@ -377,6 +382,9 @@ async def _divergent_tail(c: ControllerCluster) -> None:
                 tail_acked.append(a)
         await client.close()
         assert not tail_acked, f"an isolated all-ack master acknowledged {tail_acked}"
+        max_tail = int((await asyncio.to_thread(c.runtime_info, old))["commitLogMaxOffset"])
+        assert max_tail > max_before, "the isolated master appended nothing: no divergent tail to test"
+        print(f"{old.name} wrote an unacknowledged tail of {max_tail - max_before} bytes")
         new = await asyncio.to_thread(lambda: c.wait_master(not_addr=old.addr, timeout_s=30.0))
         await wait_for_acks(load, len(load.acked) + 30)  # the new epoch writes over the same offsets
         await asyncio.to_thread(c.kill9, old)
@@ -389,6 +397,10 @@ async def _divergent_tail(c: ControllerCluster) -> None:
         await load.stop()
     await final_checks(c, load.acked)
     await wait_replica_matches(c, old, load.acked, unacked_prefix="tail-")
+    info = await asyncio.to_thread(c.runtime_info, old)
+    print(f"{old.name} after rejoining: haRole={info.get('haRole')} haTruncations={info.get('haTruncations')}")
+    if "haTruncations" in info:
+        assert int(info["haTruncations"]) >= 1, info
 
 
 @needs_netns
