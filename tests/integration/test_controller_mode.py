@@ -179,6 +179,73 @@ async def _eq(value: Awaitable[int], want: int) -> bool:
     return await value >= want
 
 
+async def fencing_scenario(c: ControllerCluster) -> None:
+    """#7017: the master loses every controller link (black hole: no close is seen), keeps its replicas and
+    clients. It must stop acknowledging writes before the controller may elect another master."""
+    old = await asyncio.to_thread(c.wait_master)
+    async with Admin(c.ns_addr) as admin:
+        await admin.update_topic(TOPIC, broker_addr=old.addr, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+    client = RemotingClient(name="ctl-fence-test")
+    acked: dict[str, Ack] = {}
+    try:
+        await until("the master's write lease", lambda: _lease_held(client, old.addr))
+        await send_batch(client, old.addr, "pre", 5, acked)
+        t_cut = time.monotonic()
+        await asyncio.to_thread(c.cut_controller_links, old, True)
+        last_old_ack = t_cut
+        i = 0
+        new: BrokerMember | None = None
+        first_new_ack: float | None = None
+        deadline = t_cut + 30
+        while time.monotonic() < deadline and first_new_ack is None:
+            i += 1
+            ack = await probe_send(client, old.addr, TOPIC, f"old-{i}", queue_id=i % QUEUES, timeout_ms=500)
+            if ack is not None:
+                acked[ack.body] = ack
+                last_old_ack = time.monotonic()
+            m = await asyncio.to_thread(c.master)
+            if m is not None and m is not old:
+                ack = await probe_send(client, m.addr, TOPIC, f"new-{i}", queue_id=i % QUEUES, timeout_ms=1000)
+                if ack is not None:
+                    acked[ack.body] = ack
+                    new, first_new_ack = m, time.monotonic()
+            await asyncio.sleep(0.02)
+        assert new is not None and first_new_ack is not None, "no new master after the cut"
+        print(f"cut at 0: old master's last ack {last_old_ack - t_cut:.2f} s, "
+              f"new master's first ack {first_new_ack - t_cut:.2f} s")
+        assert last_old_ack < first_new_ack, "two masters acknowledged writes at the same time"
+        # lease = controllerHeartBeatTimeoutMills - 2 x brokerHeartbeatInterval = 2 s after the last renewal
+        assert last_old_ack - t_cut < 2.5
+        r = await runtime(client, old.addr)
+        assert r["fenced"] == "true", r
+        assert await probe_send(client, old.addr, TOPIC, "refused", timeout_ms=1000) is None
+        await asyncio.to_thread(c.heal_controller_links, old)
+        await until("the old master steps down to slave",
+                    lambda: _role_is(client, old.addr, "SLAVE"), 30)
+        await until("the old master has every acked message", lambda: has_all(old.addr, acked), 60)
+        problems = check_acked_readable(acked, await read_topic_at(new.addr))
+        assert not problems, "\n".join(problems)
+    finally:
+        await client.close()
+
+
+async def _role_is(client: RemotingClient, addr: str, role: str) -> bool:
+    return (await runtime(client, addr))["controllerRole"] == role
+
+
+def test_controller_mode_master_without_controller_is_fenced(tmp_path: Path) -> None:
+    c = ControllerCluster(tmp_path)
+    try:
+        try:
+            c.start(timeout_s=90)
+            asyncio.run(asyncio.wait_for(fencing_scenario(c), 200))
+        except BaseException:
+            print(c.logs(60))
+            raise
+    finally:
+        c.close()
+
+
 def test_controller_mode_failover(tmp_path: Path) -> None:
     c = ControllerCluster(tmp_path)
     try:
