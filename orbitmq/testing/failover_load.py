@@ -31,6 +31,7 @@ class Ack:
     queue: MessageQueue
     queue_offset: int
     t: float  # time.monotonic() when the ack arrived
+    t_sent: float = 0.0  # time.monotonic() when the send began
 
 
 @dataclass
@@ -63,6 +64,7 @@ class SendLoad:
         while not self._stop:
             self._seq += 1
             body = f"{self.run}-{self._seq}"
+            t_sent = time.monotonic()
             try:
                 r = await self._producer.send(Message(self.topic, body.encode()))
             except Exception:  # noqa: BLE001 - a failed send is data here (counted), the load goes on
@@ -70,14 +72,15 @@ class SendLoad:
                 await asyncio.sleep(0.02)
                 continue
             if r.status is SendStatus.SEND_OK:
-                self.acked[body] = Ack(body, r.message_queue, r.queue_offset, time.monotonic())
+                self.acked[body] = Ack(body, r.message_queue, r.queue_offset, time.monotonic(), t_sent)
             else:
                 self.not_ok.append((body, r.status.name))
             if self.pause_s:
                 await asyncio.sleep(self.pause_s)
 
     def first_ack_after(self, t: float) -> float | None:
-        return min((a.t for a in self.acked.values() if a.t >= t), default=None)
+        """When the first send begun at or after `t` was acknowledged (None: none yet)."""
+        return min((a.t for a in self.acked.values() if a.t_sent >= t), default=None)
 
     async def stop(self) -> None:
         self._stop = True
@@ -97,6 +100,7 @@ async def probe_send(client: RemotingClient, addr: str, topic: str, body: str, q
                          "bornTimestamp": str(int(time.time() * 1000)), "flag": "0",
                          "properties": encode_properties({Prop.WAIT: "true"}), "reconsumeTimes": "0",
                          "unitMode": "false", "batch": "false"})
+    t_sent = time.monotonic()
     try:
         resp = await client.invoke(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header, body.encode()),
                                    timeout_ms)
@@ -107,7 +111,7 @@ async def probe_send(client: RemotingClient, addr: str, topic: str, body: str, q
     if resp.code != ResponseCode.SUCCESS:
         return None
     mq = MessageQueue(topic, resp.ext_fields.get("MSG_REGION", ""), queue_id)
-    return Ack(body, mq, int(resp.ext_fields.get("queueOffset", "-1")), time.monotonic())
+    return Ack(body, mq, int(resp.ext_fields.get("queueOffset", "-1")), time.monotonic(), t_sent)
 
 
 async def wait_new_master_write(cluster: ControllerCluster, topic: str, old_addr: str, t_kill: float,

@@ -219,32 +219,40 @@ def test_cpp_client_master_kill9_twenty_times(cluster_factory: Any, tmp_path: Pa
             stop.touch()
             proc.wait(120)
     acked: dict[str, Ack] = {}
+    failed = 0
     for line in (tmp_path / "cpp.out").read_text().splitlines():
-        if line.startswith("{") and "ack" in (obj := json.loads(line)):
+        obj = json.loads(line) if line.startswith("{") else {}
+        if "ack" in obj:
             a = obj["ack"]
             acked[a["body"]] = Ack(a["body"], MessageQueue(TOPIC, c.first_group, -1), -1, a["t"])
+        failed += "fail" in obj
+    print(f"C++ client: {len(acked)} sends acknowledged, {failed} failed")
+    assert len(acked) >= 100, f"the C++ client got only {len(acked)} acks"
+    cpp_times = [min((a.t for a in acked.values() if a.t > t), default=float("inf")) - t for t in trials[2]]
+    print(summarize("the C++ client's first ack after a kill (its own route refresh; not asserted)", cpp_times))
     acked.update(trials[1])
-    assert len(acked) > SLOW_KILLS
     run(c, final_checks(c, acked), 120)
     probe = trials[0]
     print(summarize("failover under the C++ client", probe))
     assert percentile(probe, 99) < P99_BOUND_S
 
 
-async def _cpp_trials(c: ControllerCluster, kills: int) -> tuple[list[float], dict[str, Ack]]:
+async def _cpp_trials(c: ControllerCluster, kills: int) -> tuple[list[float], dict[str, Ack], list[float]]:
     times: list[float] = []
+    t_kills: list[float] = []
     probes: dict[str, Ack] = {}
     for k in range(kills):
         await asyncio.to_thread(c.wait_group_ready, None, 3, 60.0)
         old = await asyncio.to_thread(lambda: c.wait_master(topic=TOPIC))
         await asyncio.sleep(1.0)  # let the C++ producer write to this master
         t_kill = await asyncio.to_thread(c.kill9, old)
+        t_kills.append(t_kill)
         secs, new, ack = await wait_new_master_write(c, TOPIC, old.addr, t_kill, f"cprobe-{k}")
         probes[ack.body] = ack
         times.append(secs)
         print(f"trial {k + 1}: {old.name} -> {new.name} in {secs:.3f}s", flush=True)
         await asyncio.to_thread(c.restart, old)
-    return times, probes
+    return times, probes, t_kills
 
 
 # ---- controller leader killed, then the master ----------------------------------------------------------
