@@ -440,13 +440,13 @@ class MessageStore:
         result = appended.result
         if result.status is not PutStatus.PUT_OK:
             return result, -1
-        if self.replica.on_written is not None:
-            self.replica.on_written()  # wake the HA streams
         if self._visible_on_flush or self.replica.gate:
             self._pending.extend(appended.requests)
         else:
             self._confirm_offset = appended.end_offset
             self.dispatcher.dispatch_many(appended.requests)
+        if self.replica.on_written is not None:  # after the records are pending: a replica policy that confirms
+            self.replica.on_written()  # them at once (a SyncStateSet of one) must find them to release
         if (self.config.sync_flush or self.replica.wait_ms) and msgs[0].properties.get(Prop.WAIT) != "false":
             return result, appended.end_offset
         return result, -1

@@ -157,13 +157,6 @@ async def scenario(c: ControllerCluster) -> None:
         await until("offsets on the old master", lambda: _eq(committed(client, master.addr, 0), 7))
         stored = await read_topic_at(new.addr)
         problems = check_acked_readable(acked, stored)
-        if problems:  # DEBUG
-            for mq, msgs in stored.items():
-                print("NEW", mq.queue_id, [(m.queue_offset, m.body.decode()) for m in msgs])
-            for mq, msgs in (await read_topic_at(master.addr)).items():
-                print("OLD", mq.queue_id, [(m.queue_offset, m.body.decode()) for m in msgs])
-            print("ACKED", {b: (a.queue.queue_id, a.queue_offset) for b, a in acked.items() if b.startswith("b")})
-            print(await runtime(client, new.addr))
         assert not problems, "\n".join(problems)
         assert await committed(client, new.addr, 0) >= 7 and await committed(client, new.addr, 1) >= 5
     finally:
