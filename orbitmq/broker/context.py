@@ -71,6 +71,9 @@ class BrokerContext:
     # RIP-44 controller mode: (ResponseCode, remark) while writes must be refused (no lease, too few in-sync
     # replicas), None when they may proceed. Checked by SEND_MESSAGE* and END_TRANSACTION before anything is stored.
     write_fence: Callable[[], tuple[int, str] | None] = _open_fence
+    # RIP-44 controller mode: (ResponseCode, remark) while PULL_MESSAGE / QUERY_CONSUMER_OFFSET must be refused (role
+    # not known yet, or a slave whose offsets are not synced from its master yet), else None.
+    read_fence: Callable[[], tuple[int, str] | None] = _open_fence
 
     def set_role(self, broker_role: str, broker_id: int) -> None:
         """The one place a broker's role changes at runtime (controller mode): everything that reads

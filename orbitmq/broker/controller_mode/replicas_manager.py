@@ -19,7 +19,7 @@ from orbitmq.broker.controller_mode.identity import IdentityFiles, IdRefused, ob
 from orbitmq.broker.controller_mode.link import ControllerLink, ControllerUnavailable
 from orbitmq.broker.controller_mode.rules import Action, RoleInfo, WriteLease, decide, renews_lease
 from orbitmq.broker.services import ServiceEnv
-from orbitmq.broker.services.metadata_sync import OffsetForwarder, sync_metadata_from
+from orbitmq.broker.services.metadata_sync import OffsetForwarder, pull_offsets_from, sync_metadata_from
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies.controller import (
     AlterSyncStateSetRequestHeader,
@@ -44,6 +44,7 @@ from orbitmq.replication.autoswitch_driver import AutoSwitchConfig, AutoSwitchHA
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_MS = 3000
+OFFSET_PULL_TIMEOUT_S = 1.0  # a new master waits at most this long for its replicas' consumer offsets
 RETRY_MS = 500  # a failed role switch or registration is tried again this soon (then backing off to 5 s)
 FENCED, MASTER, SLAVE = "FENCED", "MASTER", "SLAVE"
 
@@ -91,7 +92,9 @@ class ReplicasManager:
         self._wake: asyncio.Event | None = None
         self._sync_wake: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self.offsets_synced = False  # slave: the master's offsets merged since the last switch
         ctx.write_fence = self.write_fence
+        ctx.read_fence = self.read_fence
         ctx.set_role("SLAVE", cfg.broker_id)  # fenced as a replica until the controller names the role (#6508)
         ctx.set_isolated(True)  # no name-server registration until then either
 
@@ -149,6 +152,16 @@ class ReplicasManager:
             return None
         if self.role == FENCED:
             return int(ResponseCode.SERVICE_NOT_AVAILABLE), "broker role not known yet (controller mode): fenced"
+        return None
+
+    def read_fence(self) -> tuple[int, str] | None:
+        """BrokerContext.read_fence: pulls and offset queries wait until the role is known (a restarted broker's
+        log tail may hold unconfirmed records, its offsets are those of its last persist: #6508), and on a slave
+        until its first offset sync from the master."""
+        if self.role == FENCED:
+            return int(ResponseCode.SERVICE_NOT_AVAILABLE), "broker role not known yet (controller mode): fenced"
+        if self.role == SLAVE and not self.offsets_synced:
+            return int(ResponseCode.SERVICE_NOT_AVAILABLE), "slave not synced with its master yet"
         return None
 
     def _on_leader_lost(self) -> None:
@@ -380,6 +393,7 @@ class ReplicasManager:
         dv.next_version()
         with contextlib.suppress(OSError):
             ctx.topics.persist()
+        await self._take_offsets_from_replicas()  # before clients can see us as master
         ctx.set_role("SYNC_MASTER", 0)  # special services on (role listeners)
         self._unfence_registration()
         log.warning("broker %s (id %d) is MASTER of epoch %d, SyncStateSet %s%s", cfg.broker_name, self.broker_id,
@@ -399,6 +413,7 @@ class ReplicasManager:
         self.master_epoch, self.sss_epoch, self.sync_state_set = info.master_epoch, info.sss_epoch, info.sync_state_set
         self.master_id, self.master_addr = info.master_id, info.master_addr
         self.replica_addrs = []
+        self.offsets_synced = False
         self.role = SLAVE
         self.role_changes += 1
         self.ctx.set_role("SLAVE", self.broker_id)
@@ -473,25 +488,45 @@ class ReplicasManager:
             self._sync_wake.clear()
             try:
                 if self.role == SLAVE and self.master_addr:
-                    await sync_metadata_from(self.ctx, self.env.client, self.master_addr)
+                    addr = self.master_addr
+                    await sync_metadata_from(self.ctx, self.env.client, addr)
+                    self.offsets_synced = self.offsets_synced or addr == self.master_addr
                     self.metadata_syncs += 1
                 elif self.role == MASTER:
                     await self._refresh_replica_addrs()
             except (OrbitMQError, ValueError, OSError) as e:
                 log.info("replica metadata sync failed: %r", e)
 
-    async def _refresh_replica_addrs(self) -> None:
+    async def _refresh_replica_addrs(self) -> list[str]:
+        """The other replicas' addresses from the controller (1006); returns the live ones."""
         cfg = self.ctx.config
         resp = await self.link.call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {},
                                     broker_names_body([cfg.broker_name]))
         if resp.code != ResponseCode.SUCCESS or not resp.body:
-            return
+            return []
         info = BrokerReplicasInfo.from_json(resp.body).replicas_info_table.get(cfg.broker_name)
         if info is None:
+            return []
+        others = [r for r in (*info.in_sync_replicas, *info.not_in_sync_replicas)
+                  if r.broker_address and r.broker_id != self.broker_id and r.broker_address != cfg.broker_addr]
+        self.replica_addrs = sorted({r.broker_address for r in others if r.broker_address})
+        return sorted({r.broker_address for r in others if r.broker_address and r.alive})
+
+    async def _take_offsets_from_replicas(self) -> None:
+        """A new master merges the consumer and delay offsets of every live replica (per queue the larger), bounded
+        by OFFSET_PULL_TIMEOUT_S: a replica may hold commits forwarded by the old master that this broker missed
+        (it was restarting, or the old master did not know it yet). Best effort; also starts offset forwarding."""
+        try:
+            async with asyncio.timeout(OFFSET_PULL_TIMEOUT_S):
+                live = await self._refresh_replica_addrs()
+                results = await asyncio.gather(*(pull_offsets_from(self.ctx, self.env.client, a) for a in live),
+                                               return_exceptions=True)
+        except (TimeoutError, OrbitMQError) as e:
+            log.info("new master: offsets from the replicas incomplete (%r)", e)
             return
-        addrs = {r.broker_address for r in (*info.in_sync_replicas, *info.not_in_sync_replicas)
-                 if r.broker_address and r.broker_id != self.broker_id}
-        self.replica_addrs = sorted(a for a in addrs if a and a != cfg.broker_addr)
+        failed = [a for a, r in zip(live, results, strict=True) if isinstance(r, BaseException)]
+        if failed:
+            log.info("new master: offsets not fetched from %s", failed)
 
     def forward_offset(self, ext: dict[str, str]) -> None:
         """A consumer offset committed here goes to the other members (master -> slaves, slave -> master)."""

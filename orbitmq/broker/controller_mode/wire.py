@@ -38,7 +38,7 @@ def epoch_cache_body(rm: ReplicasManager) -> EpochEntryCache:
 def runtime(rm: ReplicasManager) -> dict[str, str]:
     """GET_BROKER_RUNTIME_INFO additions in controller mode."""
     now = rm.clock.monotonic_ms()
-    fence = rm.write_fence()
+    fence = rm.write_fence() or rm.read_fence()
     out = {
         "controllerMode": "true",
         "controllerRole": rm.role,

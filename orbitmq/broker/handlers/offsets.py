@@ -39,6 +39,9 @@ def handlers(ctx: BrokerContext) -> dict[int, Handler]:
     offsets = ctx.offsets
 
     def query_consumer_offset(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        fence = ctx.read_fence()  # controller mode: offsets not synced yet (a stale answer would roll a consumer back)
+        if fence is not None:
+            return cmd.response(*fence)
         ext = cmd.ext_fields
         group = ext_str(ext, "consumerGroup")
         topic = ext_str(ext, "topic")

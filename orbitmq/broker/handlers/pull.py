@@ -65,6 +65,9 @@ class PullProcessor:
         self.filters = FilterCache()
 
     def handle(self, conn: Any, req: RemotingCommand) -> RemotingCommand | None:
+        fence = self.ctx.read_fence()  # controller mode: role unknown (a restarted broker's tail may be unconfirmed)
+        if fence is not None:
+            return req.response(*fence)
         return self.process(conn, req, allow_suspend=True)
 
     def rerun(self, conn: Any, req: RemotingCommand) -> RemotingCommand | None:
