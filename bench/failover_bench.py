@@ -39,11 +39,11 @@ from orbitmq.testing.failover_load import (  # noqa: E402
 from orbitmq.testing.procs import BrokerCluster, ServerProcess, blocking_request  # noqa: E402
 from orbitmq.testing.readback import read_topic  # noqa: E402
 
-TOPIC = "FailoverBench"
+TOPIC = "FailoverBench"  # the kill trials' load (checked end to end afterwards)
+TPUT_TOPIC = "FailoverBenchTput"  # the throughput phase (one random body for every message, so never checked)
 QUEUES = 8
 MODES = ("allack", "noallack", "rip32")
-LABELS = {"allack": "controller, allAckInSyncStateSet=true", "noallack": "controller, allAckInSyncStateSet=false",
-          "rip32": "RIP-32 slave acting master (SYNC_MASTER)"}
+LABELS = {"allack": "controller allAck=on", "noallack": "controller allAck=off", "rip32": "RIP-32 SYNC_MASTER"}
 RIP32_KEYS: dict[str, Any] = {"enableSlaveActingMaster": True, "compatibleWithOldNameSrv": False,
                               "brokerHeartbeatInterval": 500, "brokerNotActiveTimeoutMillis": 3000,
                               "syncBrokerMemberGroupPeriod": 500, "slaveSyncInterval": 500,
@@ -59,14 +59,14 @@ async def throughput(ns: str, messages: int, senders: int, size: int) -> dict[st
     remaining = messages
     async with Producer("PG_fo_bench", namesrv=ns, send_timeout_ms=10_000) as p:
         for _ in range(100):
-            await p.send(Message(TOPIC, body))
+            await p.send(Message(TPUT_TOPIC, body))
 
         async def sender() -> None:
             nonlocal remaining, not_ok
             while remaining > 0:
                 remaining -= 1
                 t0 = time.perf_counter()
-                r = await p.send(Message(TOPIC, body))
+                r = await p.send(Message(TPUT_TOPIC, body))
                 latencies.append(time.perf_counter() - t0)
                 not_ok += r.status is not SendStatus.SEND_OK
 
@@ -92,7 +92,8 @@ def dist(values: list[float]) -> dict[str, Any]:
 
 async def create_topic(ns: str, master_addr: str) -> None:
     async with Admin(ns) as admin:
-        await admin.update_topic(TOPIC, broker_addr=master_addr, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+        for topic in (TOPIC, TPUT_TOPIC):
+            await admin.update_topic(topic, broker_addr=master_addr, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
 
 
 # ---- controller mode ----------------------------------------------------------------------------------------
@@ -208,6 +209,9 @@ def render(console: Console, results: dict[str, dict[str, Any]], args: argparse.
                   str(sdk.get("p50_s", "-")), str(sdk.get("p99_s", "-")), str(act.get("p50_s", "-")),
                   str(r.get("acked", "-")), str(len(r.get("problems", []))) if "error" not in r else r["error"])
     console.print(t)
+    for mode, r in results.items():
+        for problem in r.get("problems", []):
+            console.print(f"{LABELS[mode]}: {problem[:300]}")
     console.print("write back = kill -9 -> a new master listed as brokerId 0 in the route accepts a write (RIP-32: "
                   "the restarted master, as a slave never takes writes); SDK ack = kill -> the first SEND_OK of a "
                   "2-sender SDK load (pushed routes); acting = kill -> a slave acting master in the route (reads "

@@ -134,6 +134,8 @@ async def kill_master_trials(c: ControllerCluster, load: SendLoad, kills: int) -
         await asyncio.to_thread(c.restart, old)
         await asyncio.to_thread(c.wait_group_ready, None, 3, 60.0)
         assert (await asyncio.to_thread(c.master)) is new, f"{old.name} came back and took over from {new.name}"
+        role = (await asyncio.to_thread(c.runtime_info, old)).get("haRole", "SLAVE")
+        assert role == "SLAVE", f"{old.name} rejoined with haRole {role}"
     return trials
 
 
