@@ -19,7 +19,12 @@ from orbitmq.broker.controller_mode.identity import IdentityFiles, IdRefused, ob
 from orbitmq.broker.controller_mode.link import ControllerLink, ControllerUnavailable
 from orbitmq.broker.controller_mode.rules import Action, RoleInfo, WriteLease, decide, renews_lease
 from orbitmq.broker.services import ServiceEnv
-from orbitmq.broker.services.metadata_sync import OffsetForwarder, pull_offsets_from, sync_metadata_from
+from orbitmq.broker.services.metadata_sync import (
+    OffsetForwarder,
+    adopt_missing_metadata,
+    pull_offsets_from,
+    sync_metadata_from,
+)
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies.controller import (
     AlterSyncStateSetRequestHeader,
@@ -512,15 +517,21 @@ class ReplicasManager:
         self.replica_addrs = sorted({r.broker_address for r in others if r.broker_address})
         return sorted({r.broker_address for r in others if r.broker_address and r.alive})
 
+    async def _take_from_replica(self, addr: str) -> None:
+        await pull_offsets_from(self.ctx, self.env.client, addr)
+        added = await adopt_missing_metadata(self.ctx, self.env.client, addr)
+        if added:
+            log.info("new master: %d topics/groups taken from replica %s", added, addr)
+
     async def _take_offsets_from_replicas(self) -> None:
-        """A new master merges the consumer and delay offsets of every live replica (per queue the larger), bounded
-        by OFFSET_PULL_TIMEOUT_S: a replica may hold commits forwarded by the old master that this broker missed
-        (it was restarting, or the old master did not know it yet). Best effort; also starts offset forwarding."""
+        """A new master merges the consumer and delay offsets of every live replica (per queue the larger) and adds
+        the topics and groups it lacks, bounded by OFFSET_PULL_TIMEOUT_S: a replica may hold commits forwarded by the
+        old master, or a topic synced from it, that this broker missed (it was restarting, or the old master did not
+        know it yet). Best effort; also starts offset forwarding."""
         try:
             async with asyncio.timeout(OFFSET_PULL_TIMEOUT_S):
                 live = await self._refresh_replica_addrs()
-                results = await asyncio.gather(*(pull_offsets_from(self.ctx, self.env.client, a) for a in live),
-                                               return_exceptions=True)
+                results = await asyncio.gather(*(self._take_from_replica(a) for a in live), return_exceptions=True)
         except (TimeoutError, OrbitMQError) as e:
             log.info("new master: offsets from the replicas incomplete (%r)", e)
             return

@@ -70,6 +70,28 @@ async def pull_offsets_from(ctx: BrokerContext, client: RemotingClient, addr: st
     return got_consumer, got_delay
 
 
+async def adopt_missing_metadata(ctx: BrokerContext, client: RemotingClient, addr: str) -> int:
+    """Add the topics and subscription groups `addr` has and we lack (nothing is replaced or removed): a promoted
+    replica may have missed the last topic changes of the old master, which its other replicas synced. Returns how
+    many were added."""
+    added = 0
+    body = await fetch_body(client, addr, RequestCode.GET_ALL_TOPIC_CONFIG)
+    if body is not None:
+        table, _ = decode_topic_wrapper(loads_lenient(body))
+        for name, tc in table.items():
+            if ctx.topics.get(name) is None:
+                ctx.topics.create_or_update(tc)
+                added += 1
+    body = await fetch_body(client, addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+    if body is not None:
+        groups, _ = decode_group_wrapper(loads_lenient(body))
+        for name, gc in groups.items():
+            if ctx.groups.get(name) is None:
+                ctx.groups.update(gc)
+                added += 1
+    return added
+
+
 def adopt_delay_offsets(ctx: BrokerContext, table: dict[int, int], version: DataVersion | None) -> None:
     delay = ctx.services.get("delay")
     offsets = getattr(delay, "offsets", None)
