@@ -1,0 +1,192 @@
+"""ReplicasManager (broker/controller_mode/replicas_manager.py) on a real store and real metadata managers, with the
+controller replaced by canned answers and a manual clock: start fenced, become master on the controller's word
+(brokerId 0, SYNC_MASTER, stateVersion = epoch), the write lease (expiry, renewal by a poll, loss with the leader
+connection), stale and SyncStateSet notifications, minInSyncReplicas, and stepping down on a masterless higher epoch.
+No sockets: the AutoSwitch listener is never started and a master role opens none."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from orbitmq.broker.client_registry import ClientRegistry
+from orbitmq.broker.config import BrokerConfig
+from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.controller_mode.replicas_manager import FENCED, MASTER, ReplicasManager
+from orbitmq.broker.controller_mode.rules import RoleInfo
+from orbitmq.broker.metadata.groups import SubscriptionGroupManager
+from orbitmq.broker.metadata.offsets import ConsumerOffsetManager
+from orbitmq.broker.metadata.topics import TopicConfigManager
+from orbitmq.broker.services import ServiceEnv
+from orbitmq.broker.stats import BrokerStats
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.store import MessageInner, MessageStore, StoreConfig
+from orbitmq.testing.sim_disk import SimDisk
+
+TIMEOUT, INTERVAL = 3000, 500  # lease = 3000 - 2 x 500 = 2000 ms after the request was sent
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.mono = 1_000_000
+
+    def now_ms(self) -> int:
+        return 1_700_000_000_000 + self.mono
+
+    def monotonic_ms(self) -> int:
+        return self.mono
+
+
+class FakeLink:
+    """The controller leader as the manager sees it: answers by request code; records what was asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+        self.leader_addr = "127.0.0.1:9878"
+        self.elect_code = ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE
+
+    async def call(self, code: int, ext: dict[str, str], body: bytes | None = None,
+                   timeout_ms: int = 3000) -> RemotingCommand:
+        self.calls.append(code)
+        req = RemotingCommand.request(code, ext, body)
+        if code == RequestCode.CONTROLLER_GET_SYNC_STATE_DATA:
+            return req.response(body=b'{"replicasInfoTable":{}}')
+        if code == RequestCode.CONTROLLER_ELECT_MASTER:
+            return req.response(self.elect_code, "no candidate")
+        return req.response(ResponseCode.SYSTEM_ERROR, "not expected here")
+
+
+def make(tmp_path: Path, **cfg_kw: Any) -> tuple[ReplicasManager, BrokerContext, Clock, FakeLink]:
+    cfg = BrokerConfig(broker_ip1="127.0.0.1", listen_port=10911, enable_controller_mode=True,
+                       controller_addr="127.0.0.1:9878", broker_id=-1, broker_role="SLAVE",
+                       controller_heart_beat_timeout_mills=TIMEOUT, broker_heartbeat_interval=INTERVAL, **cfg_kw)
+    scfg = StoreConfig(str(tmp_path / "store"), mapped_file_size_commitlog=16 * 1024,
+                       mapped_file_size_consume_queue=2000, max_message_size=4096, max_hash_slot_num=64,
+                       max_index_num=512)
+    store = MessageStore(scfg, disk=SimDisk())
+    store.load()
+    config_dir = str(tmp_path / "config")
+    ctx = BrokerContext(cfg, store, TopicConfigManager(config_dir, cfg), SubscriptionGroupManager(config_dir, cfg),
+                        ConsumerOffsetManager(config_dir), ClientRegistry(), BrokerStats(), cfg.broker_addr)
+    registrations: list[int] = []
+    ctx.request_register = lambda: registrations.append(1)
+
+    def set_isolated(flag: bool) -> None:
+        ctx.isolated = flag
+
+    ctx.set_isolated = set_isolated
+    clock = Clock()
+    rm = ReplicasManager(ctx, ServiceEnv(clock, None, config_dir, scfg))  # type: ignore[arg-type]
+    link = FakeLink()
+    rm.link = link  # type: ignore[assignment]
+    rm.broker_id = 1
+    rm.ha.broker_id = 1
+    return rm, ctx, clock, link
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_fenced_until_the_controller_names_the_role(tmp_path: Path) -> None:
+    rm, ctx, clock, link = make(tmp_path)
+    assert rm.role == FENCED and ctx.isolated and ctx.config.is_slave
+    assert ctx.write_fence() == (ResponseCode.SERVICE_NOT_AVAILABLE,
+                                 "broker role not known yet (controller mode): fenced")
+    assert ctx.read_fence() is not None
+
+    async def scenario() -> None:
+        await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "register")
+        try:
+            assert rm.role == MASTER and not ctx.isolated
+            assert ctx.config.broker_role == "SYNC_MASTER" and ctx.config.broker_id == 0
+            assert ctx.topics.data_version.state_version == 1
+            assert ctx.store.epoch_entries[-1][0] == 1
+            assert ctx.write_fence() is None and ctx.read_fence() is None  # the register answer gave a lease
+            assert RequestCode.CONTROLLER_GET_SYNC_STATE_DATA in link.calls  # offsets from the replicas first
+            # the lease runs out 2 s after the request that renewed it was sent
+            clock.mono += TIMEOUT - 2 * INTERVAL
+            code, remark = ctx.write_fence() or (0, "")
+            assert code == ResponseCode.SERVICE_NOT_AVAILABLE and "no write lease" in remark
+            await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "poll")
+            assert ctx.write_fence() is None
+            rm._on_leader_lost()  # the controller elects at once on a closed connection: so do we stop
+            assert ctx.write_fence() is not None
+            await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "poll")
+            assert ctx.write_fence() is None
+            # a push carries no lease; a stale one changes nothing
+            await rm.apply(RoleInfo(2, "127.0.0.1:20911", 0, frozenset({2}), 5), None, "push")
+            assert rm.role == MASTER and rm.master_epoch == 1
+        finally:
+            await rm.stop()
+
+    run(scenario())
+
+
+def test_sync_state_set_updates_and_min_in_sync_replicas(tmp_path: Path) -> None:
+    rm, ctx, clock, _ = make(tmp_path, min_in_sync_replicas=2)
+
+    async def scenario() -> None:
+        me = "127.0.0.1:10911"
+        await rm.apply(RoleInfo(1, me, 3, frozenset({1}), 4), clock.monotonic_ms(), "poll")
+        try:
+            assert rm.role == MASTER
+            assert ctx.write_fence() == (ResponseCode.SYSTEM_ERROR, "in-sync replicas not enough")
+            await rm.apply(RoleInfo(1, me, 3, frozenset({1, 2}), 4), clock.monotonic_ms(), "push")  # same set epoch
+            assert rm.sync_state_set == frozenset({1}) and ctx.write_fence() is not None
+            await rm.apply(RoleInfo(1, me, 3, frozenset({1, 2}), 5), clock.monotonic_ms(), "push")
+            assert rm.sync_state_set == frozenset({1, 2}) and rm.sss_epoch == 5
+            assert ctx.write_fence() is None
+        finally:
+            await rm.stop()
+
+    run(scenario())
+
+
+def test_a_higher_epoch_without_master_steps_down_and_asks_for_an_election(tmp_path: Path) -> None:
+    rm, ctx, clock, link = make(tmp_path)
+
+    async def scenario() -> None:
+        await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "register")
+        try:
+            ctx.store.put_messages_nowait([MessageInner("T", 0, b"x", {})])
+            await rm.apply(RoleInfo(None, None, 2, frozenset(), 1), clock.monotonic_ms(), "poll")
+            assert RequestCode.CONTROLLER_ELECT_MASTER in link.calls
+            assert rm.role == FENCED and ctx.config.is_slave and rm.ha.role == "NONE"
+            assert ctx.write_fence() is not None and rm.master_epoch == 1  # our epoch moves only with a new role
+            assert not rm.lease.valid(clock.monotonic_ms(), 1)
+        finally:
+            await rm.stop()
+
+    run(scenario())
+
+
+def test_runtime_fields(tmp_path: Path) -> None:
+    from orbitmq.broker.controller_mode.wire import epoch_cache_body, runtime
+
+    rm, ctx, clock, _ = make(tmp_path)
+
+    async def scenario() -> None:
+        await rm.apply(RoleInfo(1, "127.0.0.1:10911", 7, frozenset({1}), 2), clock.monotonic_ms(), "register")
+        try:
+            info = runtime(rm)
+            assert info["controllerRole"] == "MASTER" and info["brokerId"] == "0"
+            assert info["controllerBrokerId"] == "1" and info["masterEpoch"] == "7"
+            assert info["syncStateSet"] == "1" and info["syncStateSetEpoch"] == "2" and info["fenced"] == "false"
+            assert int(info["leaseRemainingMs"]) == TIMEOUT - 2 * INTERVAL
+            body = epoch_cache_body(rm)
+            assert [e.epoch for e in body.epoch_list] == [7] and body.broker_id == 1
+        finally:
+            await rm.stop()
+
+    run(scenario())
+
+
+def test_config_is_replaced_not_mutated(tmp_path: Path) -> None:
+    rm, ctx, clock, _ = make(tmp_path)
+    before = ctx.config
+    ctx.set_role("SYNC_MASTER", 0)
+    assert dataclasses.replace(before, broker_role="SYNC_MASTER", broker_id=0) == ctx.config
+    assert before.broker_role == "SLAVE"
