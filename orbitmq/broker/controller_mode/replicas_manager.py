@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
+from typing import Any
 
 from orbitmq.base.errors import ConfigError, OrbitMQError
 from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.controller_mode import wire
 from orbitmq.broker.controller_mode.identity import IdentityFiles, IdRefused, obtain_broker_id
 from orbitmq.broker.controller_mode.link import ControllerLink, ControllerUnavailable
 from orbitmq.broker.controller_mode.rules import Action, RoleInfo, WriteLease, decide, renews_lease
@@ -104,9 +107,7 @@ class ReplicasManager:
         ctx.set_isolated(True)  # no name-server registration until then either
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
-    def handlers(self) -> dict[int, object]:
-        from orbitmq.broker.controller_mode import wire  # handlers that only translate the wire
-
+    def handlers(self) -> dict[int, Any]:
         return wire.handlers(self)
 
     async def start(self) -> None:
@@ -120,8 +121,6 @@ class ReplicasManager:
         self._sync_wake = asyncio.Event()
         await self.ha.start()
         if self.ha.port != cfg.ha_listen_port:  # port 0 (tests): register the real HA port
-            import dataclasses
-
             self.ctx.config = dataclasses.replace(self.ctx.config, ha_listen_port=self.ha.port)
 
     async def run(self) -> None:
@@ -318,6 +317,8 @@ class ReplicasManager:
     async def apply(self, info: RoleInfo, send_ms: int | None, source: str, *, may_elect: bool = True) -> None:
         """Act on what the controller said (rules.decide), one at a time. send_ms: when the request this answers
         was sent (None for a push): a leader's answer naming us master of our epoch renews the lease."""
+        if self.role == MASTER and info.master_epoch > self.master_epoch and info.master_id != self.broker_id:
+            self.lease.drop()  # a newer master exists: stop acknowledging now, even if a switch holds the lock
         async with self._lock:
             await self._apply_locked(info, send_ms, source, may_elect)
 

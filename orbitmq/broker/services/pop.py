@@ -105,6 +105,8 @@ class PopService:
     def _master_only(self, handler: Any) -> Any:
         def guarded(conn: Any, req: Any) -> Any:
             if self.replica or not self.ctx.serves_as_master():
+                if req.is_oneway:
+                    return None
                 return req.response(ResponseCode.SLAVE_NOT_AVAILABLE, "pop is served by the master only")
             return handler(conn, req)
         return guarded
