@@ -201,7 +201,7 @@ def render(console: Console, results: dict[str, dict[str, Any]], args: argparse.
                     f"{args.size} B, {args.senders} senders; group of 3")
     for col in ("mode", "msgs/s", "send p50 ms", "send p99 ms", "write back p50 s", "p99 s", "max s",
                 "SDK ack p50 s", "SDK p99 s", "acting p50 s", "acked", "problems"):
-        t.add_column(col, justify="left" if col == "mode" else "right")
+        t.add_column(col, justify="left" if col == "mode" else "right", no_wrap=col == "mode")
     for mode, r in results.items():
         fo, sdk, act = r.get("failover", {}), r.get("sdk_failover", {}), r.get("acting_master", {})
         t.add_row(LABELS[mode], str(r.get("msgs_per_s")), str(r.get("send_p50_ms")), str(r.get("send_p99_ms")),
