@@ -100,6 +100,7 @@ class ReplicasManager:
         self._wake: asyncio.Event | None = None
         self._sync_wake: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._heartbeat_sent: dict[str, int] = {}  # controller address -> monotonic ms of the last heartbeat sent
         self.offsets_synced = False  # slave: the master's offsets merged since the last switch
         ctx.write_fence = self.write_fence
         ctx.read_fence = self.read_fence
@@ -241,7 +242,9 @@ class ReplicasManager:
         timeout = self.ctx.config.send_heartbeat_timeout_millis / 1000
         try:
             async with asyncio.timeout(timeout):
+                sent = self.clock.monotonic_ms()
                 await self.link.heartbeat(addr, self.heartbeat_ext())
+            self._heartbeat_sent[addr] = sent  # written to that connection: the lease counts from here
         except (OrbitMQError, TimeoutError) as e:
             log.debug("heartbeat to controller %s failed: %r", addr, e)
 
@@ -349,7 +352,9 @@ class ReplicasManager:
             self._retry_soon()
             return
         if send_ms is not None and renews_lease(self.master_epoch, self.role == MASTER, self.broker_id, info):
-            self.lease.renew(info.master_epoch, send_ms)
+            hb = self._heartbeat_sent.get(self.link.leader_addr or "")
+            if hb is not None and hb <= send_ms:  # else no heartbeat reached that leader before the request
+                self.lease.renew(info.master_epoch, send_ms, hb)
 
     def _retry_soon(self) -> None:
         async def later() -> None:

@@ -54,12 +54,18 @@ def renews_lease(current_epoch: int, is_master: bool, self_id: int, info: RoleIn
     return is_master and info.has_master and info.master_id == self_id and info.master_epoch == current_epoch
 
 
-def lease_deadline(send_ms: int, heartbeat_timeout_ms: int, heartbeat_interval_ms: int) -> int:
+def lease_deadline(send_ms: int, heartbeat_timeout_ms: int, heartbeat_interval_ms: int,
+                   last_heartbeat_ms: int | None = None) -> int:
     """Lease end for a renewal whose request was SENT at send_ms (monotonic). The controller may replace a silent
     master only heartbeat_timeout_ms after the last heartbeat it received; our last heartbeat before send_ms left at
     most one interval earlier and, on the same connection, reached the leader before the request did. One more
-    interval absorbs scheduling delay and clock-rate differences. See docs/design/controller-broker.md."""
-    return send_ms + heartbeat_timeout_ms - 2 * heartbeat_interval_ms
+    interval absorbs scheduling delay and clock-rate differences. When the time that last heartbeat to the leader
+    was sent is known (last_heartbeat_ms <= send_ms), a late heartbeat can only shorten the lease: the deadline is
+    never after last_heartbeat_ms + timeout - interval. See docs/design/controller-broker.md."""
+    deadline = send_ms + heartbeat_timeout_ms - 2 * heartbeat_interval_ms
+    if last_heartbeat_ms is not None:
+        deadline = min(deadline, last_heartbeat_ms + heartbeat_timeout_ms - heartbeat_interval_ms)
+    return deadline
 
 
 class WriteLease:
@@ -76,8 +82,8 @@ class WriteLease:
         self.renewals = 0
         self.drops = 0
 
-    def renew(self, epoch: int, send_ms: int) -> None:
-        deadline = lease_deadline(send_ms, self.timeout_ms, self.interval_ms)
+    def renew(self, epoch: int, send_ms: int, last_heartbeat_ms: int | None = None) -> None:
+        deadline = lease_deadline(send_ms, self.timeout_ms, self.interval_ms, last_heartbeat_ms)
         if epoch != self.epoch or self.until_ms is None:
             self.epoch, self.until_ms = epoch, deadline
         else:  # an answer to an older request arriving late never shortens the lease

@@ -71,6 +71,15 @@ def test_lease_deadline_is_before_a_heartbeat_timeout_election() -> None:
     assert deadline < (send - interval) + timeout
 
 
+def test_a_late_heartbeat_shortens_the_lease() -> None:
+    timeout, interval = 10_000, 1_000
+    assert lease_deadline(50_000, timeout, interval, 49_500) == 58_000  # heartbeat within an interval: unchanged
+    assert lease_deadline(50_000, timeout, interval, 45_000) == 54_000  # 5 s old: its expiry minus one interval
+    lease = WriteLease(timeout, interval)
+    lease.renew(1, 50_000, 45_000)
+    assert lease.until_ms == 54_000
+
+
 def test_write_lease_lifecycle() -> None:
     lease = WriteLease(3000, 500)
     assert not lease.valid(0, 1)

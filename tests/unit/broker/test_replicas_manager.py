@@ -44,8 +44,12 @@ class FakeLink:
 
     def __init__(self) -> None:
         self.calls: list[int] = []
+        self.heartbeats: list[str] = []
         self.leader_addr = "127.0.0.1:9878"
         self.elect_code = ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE
+
+    async def heartbeat(self, addr: str, ext: dict[str, str]) -> None:
+        self.heartbeats.append(addr)
 
     async def call(self, code: int, ext: dict[str, str], body: bytes | None = None,
                    timeout_ms: int = 3000) -> RemotingCommand:
@@ -98,6 +102,7 @@ def test_fenced_until_the_controller_names_the_role(tmp_path: Path) -> None:
     assert ctx.read_fence() is not None
 
     async def scenario() -> None:
+        await rm._heartbeat_all()
         await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "register")
         try:
             assert rm.role == MASTER and not ctx.isolated
@@ -110,6 +115,10 @@ def test_fenced_until_the_controller_names_the_role(tmp_path: Path) -> None:
             clock.mono += TIMEOUT - 2 * INTERVAL
             code, remark = ctx.write_fence() or (0, "")
             assert code == ResponseCode.SERVICE_NOT_AVAILABLE and "no write lease" in remark
+            await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "poll")
+            # the last heartbeat to the leader left 2 s ago: it allows only heartbeat + 3000 - 500
+            assert ctx.write_fence() is None and rm.lease.remaining_ms(clock.monotonic_ms()) == 500
+            await rm._heartbeat_all()
             await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "poll")
             assert ctx.write_fence() is None
             rm._on_leader_lost()  # the controller elects at once on a closed connection: so do we stop
@@ -130,6 +139,7 @@ def test_sync_state_set_updates_and_min_in_sync_replicas(tmp_path: Path) -> None
 
     async def scenario() -> None:
         me = "127.0.0.1:10911"
+        await rm._heartbeat_all()
         await rm.apply(RoleInfo(1, me, 3, frozenset({1}), 4), clock.monotonic_ms(), "poll")
         try:
             assert rm.role == MASTER
@@ -149,6 +159,7 @@ def test_a_higher_epoch_without_master_steps_down_and_asks_for_an_election(tmp_p
     rm, ctx, clock, link = make(tmp_path)
 
     async def scenario() -> None:
+        await rm._heartbeat_all()
         await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "register")
         try:
             ctx.store.put_messages_nowait([MessageInner("T", 0, b"x", {})])
@@ -169,6 +180,7 @@ def test_runtime_fields(tmp_path: Path) -> None:
     rm, ctx, clock, _ = make(tmp_path)
 
     async def scenario() -> None:
+        await rm._heartbeat_all()
         await rm.apply(RoleInfo(1, "127.0.0.1:10911", 7, frozenset({1}), 2), clock.monotonic_ms(), "register")
         try:
             info = runtime(rm)
@@ -178,6 +190,24 @@ def test_runtime_fields(tmp_path: Path) -> None:
             assert int(info["leaseRemainingMs"]) == TIMEOUT - 2 * INTERVAL
             body = epoch_cache_body(rm)
             assert [e.epoch for e in body.epoch_list] == [7] and body.broker_id == 1
+        finally:
+            await rm.stop()
+
+    run(scenario())
+
+
+def test_no_heartbeat_to_the_leader_no_lease(tmp_path: Path) -> None:
+    rm, ctx, clock, link = make(tmp_path)
+
+    async def scenario() -> None:
+        await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "register")
+        try:
+            assert rm.role == MASTER and ctx.write_fence() is not None  # master, but nothing proves liveness
+            await rm._heartbeat_all()
+            clock.mono += 1000  # the poll leaves 1 s after the heartbeat
+            await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "poll")
+            # min(send + 3000 - 1000, heartbeat + 3000 - 500) = heartbeat + 2500 = send + 1500
+            assert rm.lease.remaining_ms(clock.monotonic_ms()) == 1500
         finally:
             await rm.stop()
 
