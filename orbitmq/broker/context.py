@@ -34,6 +34,10 @@ def _open_fence() -> tuple[int, str] | None:
     return None
 
 
+def _no_listener(group: str, topic: str, queue_id: int, offset: int) -> None:
+    return None
+
+
 class SendHook(Protocol):
     """A broker feature that takes part in every send (transactions, timers, de-duplication, ...).
 
@@ -74,6 +78,8 @@ class BrokerContext:
     # RIP-44 controller mode: (ResponseCode, remark) while PULL_MESSAGE / QUERY_CONSUMER_OFFSET must be refused (role
     # not known yet, or a slave whose offsets are not synced from its master yet), else None.
     read_fence: Callable[[], tuple[int, str] | None] = _open_fence
+    # a consumer offset committed inside a PULL (commitOffset flag); controller mode forwards it to the replicas
+    offset_committed: Callable[[str, str, int, int], None] = _no_listener
 
     def set_role(self, broker_role: str, broker_id: int) -> None:
         """The one place a broker's role changes at runtime (controller mode): everything that reads

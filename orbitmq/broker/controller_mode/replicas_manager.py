@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_MS = 3000
 OFFSET_PULL_TIMEOUT_S = 1.0  # a new master waits at most this long for its replicas' consumer offsets
+PULL_COMMIT_FLUSH_MS = 100  # offsets committed inside PULLs reach the replicas within this (coalesced per queue)
 RETRY_MS = 500  # a failed role switch or registration is tried again this soon (then backing off to 5 s)
 FENCED, MASTER, SLAVE = "FENCED", "MASTER", "SLAVE"
 
@@ -104,6 +105,8 @@ class ReplicasManager:
         self.offsets_synced = False  # slave: the master's offsets merged since the last switch
         ctx.write_fence = self.write_fence
         ctx.read_fence = self.read_fence
+        ctx.offset_committed = self._on_pull_commit
+        self._pull_commits: dict[tuple[str, str, int], int] = {}  # coalesced, sent every PULL_COMMIT_FLUSH_MS
         ctx.set_role("SLAVE", cfg.broker_id)  # fenced as a replica until the controller names the role (#6508)
         ctx.set_isolated(True)  # no name-server registration until then either
 
@@ -544,6 +547,25 @@ class ReplicasManager:
         failed = [a for a, r in zip(live, results, strict=True) if isinstance(r, BaseException)]
         if failed:
             log.info("new master: offsets not fetched from %s", failed)
+
+    def _on_pull_commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """A master's consumer offset committed inside a PULL: forwarded like UPDATE_CONSUMER_OFFSET, but coalesced
+        per queue (a consumer commits in every pull) and sent every PULL_COMMIT_FLUSH_MS."""
+        if self.role != MASTER or not self.replica_addrs:
+            return
+        first = not self._pull_commits
+        self._pull_commits[(group, topic, queue_id)] = offset
+        if first:
+            asyncio.get_running_loop().call_later(PULL_COMMIT_FLUSH_MS / 1000, self._flush_pull_commits)
+
+    def _flush_pull_commits(self) -> None:
+        commits, self._pull_commits = self._pull_commits, {}
+        if self.role != MASTER:
+            return
+        for (group, topic, queue_id), offset in commits.items():
+            ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": str(offset)}
+            for addr in self.replica_addrs:
+                self.forwarder.forward(addr, ext)
 
     def forward_offset(self, ext: dict[str, str]) -> None:
         """A consumer offset committed here goes to the other members (master -> slaves, slave -> master)."""

@@ -100,6 +100,7 @@ class PullProcessor:
             self.ctx.group_stats.on_get(group, topic, result.msg_count)
         if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not self.ctx.config.is_slave:
             self.ctx.offsets.commit(group, topic, queue_id, commit_offset)
+            self.ctx.offset_committed(group, topic, queue_id, commit_offset)
         return response
 
     def _check(self, conn: Any, req: RemotingCommand, group: str, topic: str, queue_id: int,

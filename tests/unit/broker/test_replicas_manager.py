@@ -62,6 +62,16 @@ class FakeLink:
         return req.response(ResponseCode.SYSTEM_ERROR, "not expected here")
 
 
+class FakeClient:
+    """Outgoing oneway requests (offset forwarding) are recorded, not sent."""
+
+    def __init__(self) -> None:
+        self.oneway: list[tuple[str, RemotingCommand]] = []
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        self.oneway.append((addr, cmd))
+
+
 def make(tmp_path: Path, **cfg_kw: Any) -> tuple[ReplicasManager, BrokerContext, Clock, FakeLink]:
     cfg = BrokerConfig(broker_ip1="127.0.0.1", listen_port=10911, enable_controller_mode=True,
                        controller_addr="127.0.0.1:9878", broker_id=-1, broker_role="SLAVE",
@@ -82,7 +92,7 @@ def make(tmp_path: Path, **cfg_kw: Any) -> tuple[ReplicasManager, BrokerContext,
 
     ctx.set_isolated = set_isolated
     clock = Clock()
-    rm = ReplicasManager(ctx, ServiceEnv(clock, None, config_dir, scfg))  # type: ignore[arg-type]
+    rm = ReplicasManager(ctx, ServiceEnv(clock, FakeClient(), config_dir, scfg))  # type: ignore[arg-type]
     link = FakeLink()
     rm.link = link  # type: ignore[assignment]
     rm.broker_id = 1
@@ -208,6 +218,32 @@ def test_no_heartbeat_to_the_leader_no_lease(tmp_path: Path) -> None:
             await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "poll")
             # min(send + 3000 - 1000, heartbeat + 3000 - 500) = heartbeat + 2500 = send + 1500
             assert rm.lease.remaining_ms(clock.monotonic_ms()) == 1500
+        finally:
+            await rm.stop()
+
+    run(scenario())
+
+
+def test_offsets_committed_in_pulls_reach_the_replicas_coalesced(tmp_path: Path) -> None:
+    rm, ctx, clock, _ = make(tmp_path)
+    client = rm.env.client
+
+    async def scenario() -> None:
+        await rm._heartbeat_all()
+        await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "register")
+        try:
+            rm.replica_addrs = ["127.0.0.1:20911", "127.0.0.1:30911"]
+            for off in (5, 6, 9):
+                ctx.offset_committed("G", "T", 0, off)
+            ctx.offset_committed("G", "T", 1, 4)
+            assert not client.oneway  # coalesced until the flush (a timer of PULL_COMMIT_FLUSH_MS)
+            rm._flush_pull_commits()
+            for _ in range(3):  # let the forwarding tasks run
+                await asyncio.sleep(0)
+            sent = {(a, c.ext_fields["queueId"], c.ext_fields["commitOffset"]) for a, c in client.oneway}
+            assert sent == {(a, q, o) for a in rm.replica_addrs for q, o in (("0", "9"), ("1", "4"))}
+            assert all(c.ext_fields["orbitForwarded"] == "true" and c.code == RequestCode.UPDATE_CONSUMER_OFFSET
+                       for _, c in client.oneway)
         finally:
             await rm.stop()
 
