@@ -469,6 +469,11 @@ class ControllerCluster:
             return {}
         return dict(KVTable.from_json(resp.body).table)
 
+    def has_topic(self, m: BrokerMember, topic: str, timeout_s: float = 2.0) -> bool:
+        """Whether the broker's topic config table (GET_ALL_TOPIC_CONFIG) lists `topic` (a slave gets it by sync)."""
+        resp = blocking_request(m.addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), timeout_s)
+        return resp.code == ResponseCode.SUCCESS and f'"{topic}"'.encode() in bytes(resp.body or b"")
+
     def member_by_addr(self, addr: str | None) -> BrokerMember | None:
         return next((m for ms in self.groups.values() for m in ms if m.addr == addr), None)
 
