@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from orbitmq.base.errors import ConfigError
+from orbitmq.base.properties import parse_properties as parse_lines
 from orbitmq.broker.config import BrokerConfig
 
 # broker.conf key -> BrokerConfig field (type taken from the dataclass field default)
@@ -176,77 +177,9 @@ def coerce(key: str, raw: str, kind: type, source: str = "broker.conf") -> Any:
     return text
 
 
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _unescape(s: str) -> str:
-    if "\\" not in s:
-        return s
-    out: list[str] = []
-    i = 0
-    while i < len(s):
-        ch = s[i]
-        if ch == "\\" and i + 1 < len(s):
-            nxt = s[i + 1]
-            if nxt == "u" and len(s) >= i + 6:
-                try:
-                    out.append(chr(int(s[i + 2 : i + 6], 16)))
-                    i += 6
-                    continue
-                except ValueError:
-                    pass
-            out.append(_ESCAPES.get(nxt, nxt))
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
-
-
-def _split_key_value(line: str) -> tuple[str, str]:
-    """Java Properties: key ends at the first unescaped '=', ':' or whitespace."""
-    i = 0
-    n = len(line)
-    while i < n:
-        ch = line[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch in "=: \t\f":
-            break
-        i += 1
-    key = line[:i]
-    rest = line[i:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return _unescape(key), rest
-
-
 def parse_properties(text: str) -> dict[str, str]:
-    """Java properties syntax: '#'/'!' comments, blank lines, '\\' continuations; values trimmed at the end."""
-    props: dict[str, str] = {}
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i].lstrip(" \t\f")
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        # join continuation lines (an odd number of trailing backslashes)
-        while _continues(line) and i < len(lines):
-            line = line[:-1] + lines[i].lstrip(" \t\f")
-            i += 1
-        if _continues(line):
-            line = line[:-1]
-        key, value = _split_key_value(line)
-        if key:
-            props[key] = _unescape(value).rstrip()
-    return props
-
-
-def _continues(line: str) -> bool:
-    count = len(line) - len(line.rstrip("\\"))
-    return count % 2 == 1
+    """Java properties syntax (orbitmq.base.properties): key -> value, the last occurrence of a key wins."""
+    return {key: value for _, key, value in parse_lines(text)}
 
 
 def _store_config_cls() -> type:
