@@ -247,6 +247,7 @@ class ControllerCluster:
         self.broker_keys = {**BROKER_DEFAULTS, **(broker_keys or {})}
         self.namesrv_keys = dict(namesrv_keys or {})
         self.proxies = ProxyLoop()
+        self._reserved: set[int] = set()
         self.gate = HaGate(self.root) if ha_gate else None
         self.controllers = self._lay_out_controllers(controllers, {**CONTROLLER_DEFAULTS, **(controller_keys or {})})
         self.ns: ServerProcess | None = None
@@ -261,6 +262,7 @@ class ControllerCluster:
             p = free_port()
             if p not in ports:
                 ports.append(p)
+        self._reserved |= set(ports)
         peers = ";".join(f"n{i}-{LOCALHOST}:{p}" for i, p in enumerate(ports))
         out = []
         for i, port in enumerate(ports):
@@ -273,8 +275,18 @@ class ControllerCluster:
             out.append(Controller(f"n{i}", f"{LOCALHOST}:{port}", proc))
         return out
 
+    def _free_broker_port(self) -> int:
+        """A broker port whose block (VIP p-2 .. HA p+1) overlaps no port handed out earlier: members are laid out
+        before any of them listens, so the OS cannot tell us about each other's ports."""
+        while True:
+            p = free_broker_port()
+            block = set(range(p - 2, p + 2))
+            if not block & self._reserved:
+                self._reserved |= block
+                return p
+
     def _lay_out_broker(self, group: str, index: int) -> BrokerMember:
-        port = free_broker_port()
+        port = self._free_broker_port()
         d = self.root / f"{group}-{index}"
         proxies = [self.proxies.add(c.addr, f"{group}#{index}->{c.node}") for c in self.controllers]
         keys = broker_conf_keys(d / "store", port, self.ns_addr)
