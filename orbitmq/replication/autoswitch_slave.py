@@ -81,6 +81,10 @@ class AutoSwitchSlave:
         master = EpochCache(list(hs.entries), max_offset=hs.max_offset)
         local = self.epochs.copy(max_offset=local_max)
         point = local.find_consistent_point(master)
+        if point < 0 and local_max == 0:
+            # nothing written locally (e.g. a master of an epoch that never took a write, restarted after a
+            # whole-group crash): no byte can diverge, so forget the local history and copy the master's log
+            return Truncation(True, report_offset=0, epochs=())
         if point < 0:
             return Truncation(False, f"failed to find a consistent point with the master (local epochs "
                                      f"{self.epochs.entries[-3:]}, master {list(hs.entries[-3:])})")

@@ -60,6 +60,18 @@ def test_no_consistent_point_fails_and_stale_master_refused():
     assert not t.ok and "older" in t.reason
 
 
+def test_empty_log_with_an_unshared_history_copies_the_master():
+    # master of epoch 1 that never took a write, restarted after a whole-group crash; the group moved to epoch 2
+    s = connected([(1, 0)])
+    t = s.on_master_handshake(MasterHandshake(0, 2, ((2, 0),)), 0, 0)
+    assert t.ok and t.truncate_to == -1 and t.report_offset == 0 and t.epochs == ()
+    s.truncated(t)
+    assert s.state is HAState.TRANSFER and s.epochs.entries == []
+    # with bytes of its own it must still refuse (they could diverge)
+    t = connected([(1, 0)]).on_master_handshake(MasterHandshake(100, 2, ((2, 0),)), 50, 0)
+    assert not t.ok and "consistent point" in t.reason
+
+
 def transferring(entries=((1, 0),), local_max=0):
     s = connected(entries)
     t = s.on_master_handshake(MasterHandshake(10_000, entries[-1][0] if entries else 1, tuple(entries) or ((1, 0),)),
