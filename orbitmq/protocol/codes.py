@@ -168,6 +168,9 @@ class RequestCode(IntEnum):
     # Sent only to connections that asked GET_ROUTEINFO_BY_TOPIC with ext orbitWatch=true.
     ORBIT_NOTIFY_ROUTE_CHANGED = 9901
     ORBIT_RAFT_MESSAGE = 9902  # OrbitMQ private: Raft peer -> peer, oneway, ext {group, from}, body = raft codec batch
+    # OrbitMQ private: controller-mode master -> SyncStateSet member, request/response, body JSON
+    # {"masterEpoch":E,"offsets":[["topic@group",queueId,offset],...]}; SUCCESS = stored (offsets published only then)
+    ORBIT_REPLICATE_CONSUMER_OFFSETS = 9903
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051
     PEEK_MESSAGE = 200052

@@ -20,6 +20,7 @@ from orbitmq.broker.context import BrokerContext
 from orbitmq.broker.controller_mode import wire
 from orbitmq.broker.controller_mode.identity import IdentityFiles, IdRefused, obtain_broker_id
 from orbitmq.broker.controller_mode.link import ControllerLink, ControllerUnavailable
+from orbitmq.broker.controller_mode.offset_sync import OffsetPublisher
 from orbitmq.broker.controller_mode.rules import Action, RoleInfo, WriteLease, decide, renews_lease
 from orbitmq.broker.services import ServiceEnv
 from orbitmq.broker.services.metadata_sync import (
@@ -53,7 +54,6 @@ log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_MS = 3000
 OFFSET_PULL_TIMEOUT_S = 1.0  # a new master waits at most this long for its replicas' consumer offsets
-PULL_COMMIT_FLUSH_MS = 100  # offsets committed inside PULLs reach the replicas within this (coalesced per queue)
 RETRY_MS = 500  # a failed role switch or registration is tried again this soon (then backing off to 5 s)
 FENCED, MASTER, SLAVE = "FENCED", "MASTER", "SLAVE"
 
@@ -91,7 +91,8 @@ class ReplicasManager:
         self.sync_state_set: frozenset[int] = frozenset()
         self.master_id: int | None = None
         self.master_addr: str | None = None
-        self.replica_addrs: list[str] = []  # master: the other members (consumer offsets are forwarded to them)
+        self.replica_addrs: list[str] = []  # master: the other replicas' addresses
+        self.member_addrs: dict[int, str] = {}  # master: broker id -> address of the other replicas
         self.registered = False
         self.role_changes = 0
         self.elections_asked = 0
@@ -105,8 +106,8 @@ class ReplicasManager:
         self.offsets_synced = False  # slave: the master's offsets merged since the last switch
         ctx.write_fence = self.write_fence
         ctx.read_fence = self.read_fence
-        ctx.offset_committed = self._on_pull_commit
-        self._pull_commits: dict[tuple[str, str, int], int] = {}  # coalesced, sent every PULL_COMMIT_FLUSH_MS
+        # master: a commit is published only once every other SyncStateSet member acknowledged it (offset_sync.py)
+        self.publisher = OffsetPublisher(ctx.offsets, env.client, self.member_addrs.get, self._refresh_replica_addrs)
         ctx.set_role("SLAVE", cfg.broker_id)  # fenced as a replica until the controller names the role (#6508)
         ctx.set_isolated(True)  # no name-server registration until then either
 
@@ -140,6 +141,7 @@ class ReplicasManager:
         for t in list(self._tasks):
             t.cancel()
         self.forwarder.cancel_all()
+        self.publisher.stop()
         self.lease.drop()
         await self.ha.stop()
 
@@ -408,6 +410,7 @@ class ReplicasManager:
         with contextlib.suppress(OSError):
             ctx.topics.persist()
         await self._take_offsets_from_replicas()  # before clients can see us as master
+        self.publisher.start(members - {self.broker_id}, info.master_epoch)
         ctx.set_role("SYNC_MASTER", 0)  # special services on (role listeners)
         self._unfence_registration()
         log.warning("broker %s (id %d) is MASTER of epoch %d, SyncStateSet %s%s", cfg.broker_name, self.broker_id,
@@ -419,6 +422,7 @@ class ReplicasManager:
         assert self.broker_id is not None and info.master_addr is not None
         cfg = self.ctx.config
         self.lease.drop()
+        self.publisher.stop()
         if self.role == MASTER:
             await self._step_down(f"master {info.master_id} of epoch {info.master_epoch} elected")
         ha_addr = await self._master_ha_addr(info.master_addr)
@@ -441,6 +445,7 @@ class ReplicasManager:
         """Stop acting as master at once (a higher epoch exists): no lease, no replication, writes refused."""
         assert self.broker_id is not None
         self.lease.drop()
+        self.publisher.stop()
         self.role = FENCED
         log.warning("broker %s steps down as master: %s", self.ctx.config.broker_name, why)
         await self.ha.suspend()
@@ -466,6 +471,8 @@ class ReplicasManager:
     def _take_sync_state_set(self, members: set[int], sss_epoch: int) -> None:
         if self.ha.set_sync_state_set(members, sss_epoch):
             self.sync_state_set, self.sss_epoch = frozenset(members), sss_epoch
+            if self.role == MASTER:
+                self.publisher.members_changed(members - {self.broker_id})
             log.info("SyncStateSet %s (epoch %d)", sorted(members), sss_epoch)
 
     def _on_sync_state_set_change(self, proposed: set[int]) -> None:
@@ -524,6 +531,8 @@ class ReplicasManager:
         others = [r for r in (*info.in_sync_replicas, *info.not_in_sync_replicas)
                   if r.broker_address and r.broker_id != self.broker_id and r.broker_address != cfg.broker_addr]
         self.replica_addrs = sorted({r.broker_address for r in others if r.broker_address})
+        self.member_addrs.clear()
+        self.member_addrs.update({r.broker_id: r.broker_address for r in others if r.broker_address})
         return sorted({r.broker_address for r in others if r.broker_address and r.alive})
 
     async def _take_from_replica(self, addr: str) -> None:
@@ -548,31 +557,10 @@ class ReplicasManager:
         if failed:
             log.info("new master: offsets not fetched from %s", failed)
 
-    def _on_pull_commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """A master's consumer offset committed inside a PULL: forwarded like UPDATE_CONSUMER_OFFSET, but coalesced
-        per queue (a consumer commits in every pull) and sent every PULL_COMMIT_FLUSH_MS."""
-        if self.role != MASTER or not self.replica_addrs:
-            return
-        first = not self._pull_commits
-        self._pull_commits[(group, topic, queue_id)] = offset
-        if first:
-            asyncio.get_running_loop().call_later(PULL_COMMIT_FLUSH_MS / 1000, self._flush_pull_commits)
-
-    def _flush_pull_commits(self) -> None:
-        commits, self._pull_commits = self._pull_commits, {}
-        if self.role != MASTER:
-            return
-        for (group, topic, queue_id), offset in commits.items():
-            ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": str(offset)}
-            for addr in self.replica_addrs:
-                self.forwarder.forward(addr, ext)
-
     def forward_offset(self, ext: dict[str, str]) -> None:
-        """A consumer offset committed here goes to the other members (master -> slaves, slave -> master)."""
-        if self.role == MASTER:
-            for addr in self.replica_addrs:
-                self.forwarder.forward(addr, ext)
-        elif self.role == SLAVE and self.master_addr:
+        """A consumer offset committed on a slave goes to the master (a master's own commits travel through the
+        publisher, acknowledged)."""
+        if self.role == SLAVE and self.master_addr:
             self.forwarder.forward(self.master_addr, ext)
 
 

@@ -1,7 +1,8 @@
 """Request handlers of controller mode on the broker's port: NOTIFY_BROKER_ROLE_CHANGED (1008),
 EXCHANGE_BROKER_HA_INFO (906), GET_BROKER_EPOCH_CACHE (1007), GET_BROKER_RUNTIME_INFO (with the controller-mode
-fields) and UPDATE_CONSUMER_OFFSET (committed, then forwarded to the other members). Translation only: state and
-decisions belong to the ReplicasManager.
+fields), UPDATE_CONSUMER_OFFSET (a master answers once the offset is published, a slave forwards it) and
+ORBIT_REPLICATE_CONSUMER_OFFSETS (a member stores a master's batch). Translation only: state and decisions belong to
+the ReplicasManager.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from orbitmq.broker.controller_mode.offset_sync import apply_batch, decode_batch
 from orbitmq.broker.handlers import admin as admin_handlers
 from orbitmq.broker.handlers import offsets as offset_handlers
 from orbitmq.broker.services.metadata_sync import is_forwarded
@@ -62,7 +64,7 @@ def runtime(rm: ReplicasManager) -> dict[str, str]:
         "haServerAddr": rm.ctx.config.ha_server_addr,
         "controllerLastError": rm.last_error,
     }
-    for k, v in rm.ha.status().items():
+    for k, v in (*rm.ha.status().items(), *rm.publisher.status().items()):
         out.setdefault(k, v)
     return out
 
@@ -97,15 +99,41 @@ def handlers(rm: ReplicasManager) -> dict[int, Callable[..., Any]]:
             table.update(extra())
         return cmd.response(body=KVTable(table).to_json())
 
-    def update_consumer_offset(conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+    def update_consumer_offset(conn: Any, cmd: RemotingCommand) -> Any:
         ext = dict(cmd.ext_fields or {})
         try:
             resp = update_offset(conn, cmd)
         except HeaderError as e:
             return None if cmd.is_oneway else cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
-        if not is_forwarded(ext) and (resp is None or resp.code == ResponseCode.SUCCESS):
+        if resp is not None and resp.code != ResponseCode.SUCCESS:
+            return resp
+        if not is_forwarded(ext):
             rm.forward_offset(ext)
-        return resp
+        if resp is None or not ctx.offsets.gated:
+            return resp
+        return answer_when_published(cmd, resp, ext)
+
+    async def answer_when_published(cmd: RemotingCommand, resp: RemotingCommand,
+                                    ext: dict[str, str]) -> RemotingCommand:
+        """A master answers a commit once every other SyncStateSet member holds it (or SYSTEM_BUSY after
+        offset_sync.PUBLISH_WAIT_S: the value stays pending, the client's next commit carries it again)."""
+        if await rm.publisher.wait_published(ext.get("consumerGroup", ""), ext.get("topic", ""),
+                                             int(ext.get("queueId", "0"))):
+            return resp
+        return cmd.response(ResponseCode.SYSTEM_BUSY, "consumer offset not acknowledged by the SyncStateSet in time")
+
+    def replicate_offsets(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """A member stores its master's batch; refused unless we are a slave of that master epoch (a deposed
+        master's batch must not be acknowledged)."""
+        try:
+            epoch, batch = decode_batch(bytes(cmd.body or b""))
+        except (ValueError, TypeError) as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad offset batch: {e}")
+        if rm.role != "SLAVE" or epoch != rm.master_epoch:
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                f"not a slave of master epoch {epoch} (role {rm.role}, epoch {rm.master_epoch})")
+        apply_batch(ctx.offsets, batch)
+        return cmd.response()
 
     return {
         int(RequestCode.NOTIFY_BROKER_ROLE_CHANGED): notify_role_changed,
@@ -113,4 +141,5 @@ def handlers(rm: ReplicasManager) -> dict[int, Callable[..., Any]]:
         int(RequestCode.GET_BROKER_EPOCH_CACHE): epoch_cache,
         int(RequestCode.GET_BROKER_RUNTIME_INFO): runtime_info,
         int(RequestCode.UPDATE_CONSUMER_OFFSET): update_consumer_offset,
+        int(RequestCode.ORBIT_REPLICATE_CONSUMER_OFFSETS): replicate_offsets,
     }

@@ -5,12 +5,15 @@ writes only when something changed. The file uses fastjson's form (unquoted int 
 The table carries a DataVersion (RIP-32, metadata/offset_versions.py): it advances every
 CONSUMER_OFFSET_VERSION_STEP changes and at each persist that writes changes; file and GET_ALL_CONSUMER_OFFSET
 body are {"dataVersion":{...},"offsetTable":{...}} (a 4.x file without dataVersion loads as the oldest version).
+With a publish gate (controller-mode master, set_gate()) commits stay pending until publish(): query, encode and
+the file only ever show published values.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -45,6 +48,8 @@ class ConsumerOffsetManager:
         self._dirty = False
         self._latest: bytes | None = None  # newest snapshot not yet on disk
         self._io_lock = threading.Lock()
+        self._gate: Callable[[str, int, int], None] | None = None
+        self._pending: dict[tuple[str, int], int] = {}  # gated: ("topic@group", queueId) -> latest unpublished
 
     @property
     def path(self) -> str:
@@ -62,6 +67,12 @@ class ConsumerOffsetManager:
     # ---- hot path --------------------------------------------------------------------------------------
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = topic + SEPARATOR + group
+        if self._gate is not None:
+            self._commit_gated(key, queue_id, offset)
+            return
+        self._set(key, queue_id, offset)
+
+    def _set(self, key: str, queue_id: int, offset: int) -> None:
         queues = self._table.get(key)
         if queues is None:
             self._table[key] = {queue_id: offset}
@@ -71,6 +82,36 @@ class ConsumerOffsetManager:
             return
         self._dirty = True
         self._versions.changed()
+
+    def _commit_gated(self, key: str, queue_id: int, offset: int) -> None:
+        slot = (key, queue_id)
+        if slot not in self._pending and self._table.get(key, {}).get(queue_id) == offset:
+            return
+        self._pending[slot] = offset
+        assert self._gate is not None
+        self._gate(key, queue_id, offset)
+
+    # ---- publish gate (controller-mode master) ---------------------------------------------------------
+    def set_gate(self, gate: Callable[[str, int, int], None] | None) -> None:
+        """gate(key, queueId, offset) is told of every commit, which stays pending (invisible) until publish().
+        None: commits apply at once again; values still pending are dropped (they were never published)."""
+        self._gate = gate
+        self._pending.clear()
+
+    @property
+    def gated(self) -> bool:
+        return self._gate is not None
+
+    def publish(self, key: str, queue_id: int, offset: int) -> None:
+        """Make `offset` the visible value of ("topic@group", queueId); the pending value goes once it is reached."""
+        if self._pending.get((key, queue_id)) == offset:
+            del self._pending[(key, queue_id)]
+        self._set(key, queue_id, offset)
+
+    def latest(self, group: str, topic: str, queue_id: int) -> int:
+        """The newest commit, published or not (-1: none)."""
+        pending = self._pending.get((topic + SEPARATOR + group, queue_id))
+        return pending if pending is not None else self.query(group, topic, queue_id)
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         queues = self._table.get(topic + SEPARATOR + group)

@@ -14,6 +14,7 @@ from typing import Any
 from orbitmq.broker.client_registry import ClientRegistry
 from orbitmq.broker.config import BrokerConfig
 from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.controller_mode.offset_sync import decode_batch, encode_batch
 from orbitmq.broker.controller_mode.replicas_manager import FENCED, MASTER, ReplicasManager
 from orbitmq.broker.controller_mode.rules import RoleInfo
 from orbitmq.broker.metadata.groups import SubscriptionGroupManager
@@ -63,13 +64,21 @@ class FakeLink:
 
 
 class FakeClient:
-    """Outgoing oneway requests (offset forwarding) are recorded, not sent."""
+    """Outgoing requests (offset batches, forwarding) are recorded, not sent; members in `refuse` answer 11."""
 
     def __init__(self) -> None:
         self.oneway: list[tuple[str, RemotingCommand]] = []
+        self.invoked: list[tuple[str, RemotingCommand]] = []
+        self.refuse: set[str] = set()
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         self.oneway.append((addr, cmd))
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000) -> RemotingCommand:
+        self.invoked.append((addr, cmd))
+        if addr in self.refuse:
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "not yet")
+        return cmd.response()
 
 
 def make(tmp_path: Path, **cfg_kw: Any) -> tuple[ReplicasManager, BrokerContext, Clock, FakeLink]:
@@ -224,30 +233,76 @@ def test_no_heartbeat_to_the_leader_no_lease(tmp_path: Path) -> None:
     run(scenario())
 
 
-def test_offsets_committed_in_pulls_reach_the_replicas_coalesced(tmp_path: Path) -> None:
+def test_a_master_publishes_a_commit_only_once_every_member_acknowledged_it(tmp_path: Path) -> None:
     rm, ctx, clock, _ = make(tmp_path)
     client = rm.env.client
 
     async def scenario() -> None:
         await rm._heartbeat_all()
-        await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "register")
+        await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1, 2, 3}), 1), clock.monotonic_ms(), "register")
         try:
-            rm.replica_addrs = ["127.0.0.1:20911", "127.0.0.1:30911"]
+            rm.member_addrs.update({2: "127.0.0.1:20911", 3: "127.0.0.1:30911"})
+            client.refuse.add("127.0.0.1:30911")  # member 3 does not acknowledge yet
             for off in (5, 6, 9):
-                ctx.offset_committed("G", "T", 0, off)
-            ctx.offset_committed("G", "T", 1, 4)
-            assert not client.oneway  # coalesced until the flush (a timer of PULL_COMMIT_FLUSH_MS)
-            rm._flush_pull_commits()
-            for _ in range(3):  # let the forwarding tasks run
-                await asyncio.sleep(0)
-            sent = {(a, c.ext_fields["queueId"], c.ext_fields["commitOffset"]) for a, c in client.oneway}
-            assert sent == {(a, q, o) for a in rm.replica_addrs for q, o in (("0", "9"), ("1", "4"))}
-            assert all(c.ext_fields["orbitForwarded"] == "true" and c.code == RequestCode.UPDATE_CONSUMER_OFFSET
-                       for _, c in client.oneway)
+                ctx.offsets.commit("G", "T", 0, off)  # a PULL's commitOffset
+            ctx.offsets.commit("G", "T", 1, 4)
+            assert ctx.offsets.query("G", "T", 0) == -1 and ctx.offsets.latest("G", "T", 0) == 9
+            await until(lambda: len(client.invoked) >= 4)
+            assert ctx.offsets.query("G", "T", 0) == -1 and b"T@G" not in ctx.offsets.encode()
+            first = [c for a, c in client.invoked if a == "127.0.0.1:20911"][0]
+            assert first.code == RequestCode.ORBIT_REPLICATE_CONSUMER_OFFSETS
+            assert decode_batch(bytes(first.body or b"")) == (1, {("T@G", 0): 9, ("T@G", 1): 4})  # one batch
+            client.refuse.clear()
+            await until(lambda: ctx.offsets.query("G", "T", 0) == 9 and ctx.offsets.query("G", "T", 1) == 4)
+            rm._take_sync_state_set({1, 2}, 2)  # member 3 leaves: only 2 must acknowledge now
+            client.refuse.add("127.0.0.1:30911")
+            ctx.offsets.commit("G", "T", 0, 12)
+            await until(lambda: ctx.offsets.query("G", "T", 0) == 12)
         finally:
             await rm.stop()
 
     run(scenario())
+
+
+def test_a_client_commit_is_answered_once_published_and_a_slave_stores_only_its_masters_batches(
+        tmp_path: Path) -> None:
+    rm, ctx, clock, _ = make(tmp_path)
+    client = rm.env.client
+    handlers = rm.handlers()
+    ext = {"consumerGroup": "G", "topic": "T", "queueId": "0", "commitOffset": "7"}
+
+    async def scenario() -> None:
+        await rm._heartbeat_all()
+        await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1, 2}), 1), clock.monotonic_ms(), "register")
+        try:
+            rm.member_addrs[2] = "127.0.0.1:20911"
+            pending = handlers[RequestCode.UPDATE_CONSUMER_OFFSET](None, RemotingCommand.request(
+                RequestCode.UPDATE_CONSUMER_OFFSET, dict(ext)))
+            resp = await pending
+            assert resp.code == ResponseCode.SUCCESS and ctx.offsets.query("G", "T", 0) == 7
+            assert [a for a, _ in client.invoked] == ["127.0.0.1:20911"]
+            # a slave of epoch 1 stores a batch of epoch 1 and refuses one of another epoch
+            await rm._step_down("test")
+            rm.role, rm.master_epoch = "SLAVE", 1
+            replicate = handlers[RequestCode.ORBIT_REPLICATE_CONSUMER_OFFSETS]
+            ok = replicate(None, RemotingCommand.request(RequestCode.ORBIT_REPLICATE_CONSUMER_OFFSETS, {},
+                                                         encode_batch(1, {("T@G", 0): 11})))
+            stale = replicate(None, RemotingCommand.request(RequestCode.ORBIT_REPLICATE_CONSUMER_OFFSETS, {},
+                                                            encode_batch(0, {("T@G", 0): 3})))
+            assert ok.code == ResponseCode.SUCCESS and stale.code == ResponseCode.SERVICE_NOT_AVAILABLE
+            assert ctx.offsets.query("G", "T", 0) == 11 and not ctx.offsets.gated
+        finally:
+            await rm.stop()
+
+    run(scenario())
+
+
+async def until(cond: Any, limit: int = 2000) -> None:
+    for _ in range(limit):
+        if cond():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("condition not reached")
 
 
 def test_config_is_replaced_not_mutated(tmp_path: Path) -> None:
