@@ -1,7 +1,7 @@
-"""Producer de-duplication (an OrbitMQ extension): a SendHook remembering recent UNIQ_KEYs per producer group with
-their original send result, so a send retried after a lost response is answered with that result instead of being
-stored twice. Persisted as an append-only journal (config/dedup/, see dedup_journal.py) plus a CommitLog tail scan
-on start.
+"""Producer de-duplication (an OrbitMQ extension): a SendHook remembering recent (UNIQ_KEY, topic) pairs per producer
+group with their original send result, so a send retried after a lost response is answered with that result instead
+of being stored twice. Persisted as an append-only journal (config/dedup/, see dedup_journal.py) plus a CommitLog
+tail scan on start; a slave learns the keys of the records it receives by replication (a dispatch listener).
 
 Batches are answered from memory only when every message of the batch was seen (otherwise stored again).
 Why and formats: docs/design/filter-dedup.md.
@@ -20,14 +20,19 @@ from orbitmq.base.errors import OrbitMQError
 from orbitmq.broker.context import BrokerContext
 from orbitmq.broker.services import ServiceEnv
 from orbitmq.broker.services.dedup_journal import DedupJournal
+from orbitmq.model.msg_id import offset_msg_id_from_host
 from orbitmq.model.properties import Prop
 from orbitmq.protocol import RemotingCommand, ResponseCode
 from orbitmq.store import STORED_STATUSES, PutStatus
+from orbitmq.store.dispatch import DispatchRequest
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_VERSION = 2  # rows [[uniqKey, encode_entry value], ...]
-LEGACY_VERSION = 1  # the whole-table dedup.json of earlier versions: [[uniqKey, group, ts, msgId, qid, qoff], ...]
+SNAPSHOT_VERSION = 3  # rows [[table_key, encode_entry value], ...]
+# earlier formats, keyed by UNIQ_KEY alone (no topic): their rows are not loaded, the start scans the CommitLog's
+# window instead. 2: rows [[uniqKey, encode_entry value], ...]; 1: the whole-table dedup.json,
+# entries [[uniqKey, group, ts, msgId, qid, qoff], ...]
+OLD_VERSIONS = frozenset({1, 2})
 HITS_COUNTER = "dedupHits"
 SNAPSHOT_SLICE = 1000  # entries encoded between two yields to the event loop
 _SKIP_PREFIXES = ("%RETRY%", "%DLQ%")
@@ -44,7 +49,8 @@ _WAIT_CODES = {PutStatus.FLUSH_DISK_TIMEOUT: int(ResponseCode.FLUSH_DISK_TIMEOUT
 # an entry as callers see it: (producer group or None when rebuilt from the CommitLog, store time ms, offset msgId,
 # queueId, queueOffset)
 Entry = tuple[str | None, int, str, int, int]
-SEP = "\x1f"  # field separator of a stored entry (not in group names, msg ids or numbers)
+SEP = "\x1f"  # field separator of a stored entry and of a table key (not in group names, topics, msg ids or numbers)
+LAZY_ID = "@"  # msgId field "@<physOffset>": a replicated record's offset msgId, resolved from the CommitLog on a hit
 CHUNK = 1024  # order-log positions per frozen chunk
 
 
@@ -53,6 +59,12 @@ def encode_entry(group: str | None, ts: int, msg_id: str, queue_id: int, queue_o
     field: None, which matches any group). A str, not a tuple, so that the table's dict holds no GC-tracked object."""
     head = f"{ts}{SEP}{queue_id}{SEP}{queue_offset}{SEP}{msg_id}"
     return head if group is None else f"{head}{SEP}{group}"
+
+
+def table_key(uniq_key: str, topic: str, props: dict[str, str]) -> str:
+    """The table's key of a message: its UNIQ_KEY and the topic the producer sent it to (REAL_TOPIC of a delayed or
+    half message, which is stored under a system topic)."""
+    return f"{uniq_key}{SEP}{props.get(_REAL_TOPIC) or topic}"
 
 
 def decode_entry(value: str) -> Entry:
@@ -199,9 +211,10 @@ class DedupTable:
         return orjson.dumps({"version": SNAPSHOT_VERSION, "physOffset": phys_offset,
                              "rows": self.rows(list(self.entries))})
 
-    def load_json(self, data: bytes, now: int) -> int:
-        """Load a journal line or a legacy snapshot (expired entries skipped); returns the CommitLog offset it
-        covers. Malformed content raises ValueError (or KeyError/TypeError/IndexError from a damaged row)."""
+    def load_json(self, data: bytes, now: int) -> int | None:
+        """Load a journal line (expired entries skipped); returns the CommitLog offset it covers, or None for a line
+        of an earlier format (OLD_VERSIONS: keys without the topic, not loaded). Malformed content raises
+        ValueError (or KeyError/TypeError/IndexError from a damaged row)."""
         obj = orjson.loads(data)
         version = obj.get("version") if isinstance(obj, dict) else None
         limit = now - self.window_ms
@@ -211,11 +224,8 @@ class DedupTable:
                     raise TypeError("dedup row is not two strings")
                 if decode_entry(v)[1] >= limit:  # decoding validates the entry
                     self.put(k, v)
-        elif version == LEGACY_VERSION:
-            for k, group, ts, msg_id, qid, qoff in obj["entries"]:
-                if ts >= limit:
-                    self.put(str(k), encode_entry(None if group is None else str(group), int(ts), str(msg_id),
-                                                  int(qid), int(qoff)))
+        elif version in OLD_VERSIONS:
+            return None
         else:
             raise ValueError("not a dedup snapshot")
         return int(obj["physOffset"])
@@ -261,18 +271,23 @@ class DedupService:
     # ---- SendHook ----
     def before_put(self, conn: Any, req: RemotingCommand, msgs: list[Any]) -> RemotingCommand | None:
         if len(msgs) == 1:  # hot path: a single send whose key was never seen needs no more lookups
-            key = msgs[0].properties.get(Prop.UNIQ_KEY)
-            if key is None or key not in self.table.entries:
+            m = msgs[0]
+            props = m.properties
+            uniq = props.get(_UNIQ_KEY)
+            if uniq is None or f"{uniq}{SEP}{props.get(_REAL_TOPIC) or m.topic}" not in self.table.entries:
                 return None
         ext = req.ext_fields or {}
         group = ext.get("producerGroup") or ext.get("a") or ""
         now = self.env.clock.now_ms()
         found: list[Entry] = []
+        keys: list[str] = []
         table = self.table
         for m in msgs:
-            key = m.properties.get(Prop.UNIQ_KEY)
-            if key is None:
+            uniq = m.properties.get(_UNIQ_KEY)
+            if uniq is None:
                 return None
+            key = table_key(uniq, m.topic, m.properties)
+            keys.append(key)
             e = table.find(group, key, now)
             if e is None or not _dedupable(m.topic, m.properties, m.reconsume_times):
                 return None
@@ -286,15 +301,27 @@ class DedupService:
         resp.ext_fields = {
             "MSG_REGION": cfg.region_id,
             "TRACE_ON": "true" if cfg.trace_on else "false",
-            "msgId": ",".join(e[2] for e in found),
+            "msgId": ",".join(self._resolve(e[2]) for e in found),
             "queueId": str(found[0][3]),
             "queueOffset": str(found[0][4]),
         }
         if self._waiting:
-            waits = {f for m in msgs if (f := self._waiting.get(m.properties.get(Prop.UNIQ_KEY, ""))) is not None}
+            waits = {f for k in keys if (f := self._waiting.get(k)) is not None}
             if waits:  # the original is stored but still waits for its flush / slave: answer when it is settled
                 return self._answer_when_settled(resp, waits)
         return resp
+
+    def _resolve(self, msg_id: str) -> str:
+        """The offset msgId of an entry: a replicated record's ("@<physOffset>") is read from the CommitLog (the
+        bytes are the master's: its store host); this broker's host if the record is gone (same offset here)."""
+        if not msg_id.startswith(LAZY_ID):
+            return msg_id
+        phys = int(msg_id[1:])
+        try:
+            msg = self.ctx.store.look_message_by_offset(phys)
+        except OrbitMQError:
+            msg = None
+        return msg.offset_msg_id if msg is not None else offset_msg_id_from_host(self.ctx.store_host, phys)
 
     async def _answer_when_settled(self, resp: RemotingCommand, waits: set[asyncio.Future[Any]]) -> RemotingCommand:
         """A retry of a put that is still waiting: the same answer as the original, once it has one (a retry must
@@ -315,7 +342,9 @@ class DedupService:
         waiting): remember its keys at once, so that a retry arriving meanwhile is not stored again; the retry is
         answered when the original settles (after_put)."""
         self.after_put(conn, req, msgs, result)
-        keys = [k for m in msgs if (k := m.properties.get(_UNIQ_KEY)) is not None and k in self.table.entries]
+        entries = self.table.entries
+        keys = [k for m in msgs if (u := m.properties.get(_UNIQ_KEY)) is not None
+                and (k := table_key(u, m.topic, m.properties)) in entries]
         if keys:
             fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             for k in keys:
@@ -359,18 +388,19 @@ class DedupService:
         # a message without a msg id (ids shorter than msgs) is not remembered
         for i, (m, msg_id) in enumerate(zip(msgs, ids, strict=False)):
             props = m.properties
-            key = props.get(_UNIQ_KEY)
-            if key is None:
+            uniq = props.get(_UNIQ_KEY)
+            if uniq is None:
                 continue
+            real = props.get(_REAL_TOPIC)
             if m.topic == topic and m.reconsume_times == reconsume:
                 if not run_ok:
                     continue
-                real = props.get(_REAL_TOPIC)
                 if real is not None and real.startswith(_SKIP_PREFIXES):
                     continue
             elif not _dedupable(m.topic, props, m.reconsume_times):
                 continue
-            put(key, f"{head}{queue_offset + i}{SEP}{msg_id}{tail}")  # encode_entry, inlined
+            put(f"{uniq}{SEP}{real or m.topic}", f"{head}{queue_offset + i}{SEP}{msg_id}{tail}")  # inlined
+            # table_key, encode_entry
         table.evict(ts)
 
     # ---- recovery ----
@@ -380,16 +410,22 @@ class DedupService:
         now = self.env.clock.now_ms()
         start = -1
         bad = 0
+        old = False
         for line in self.journal.read():
             try:
-                start = max(start, self.table.load_json(line, now))
+                covered = self.table.load_json(line, now)
             except (ValueError, KeyError, TypeError, IndexError, orjson.JSONDecodeError):
                 bad += 1  # torn by a crash mid-append, or damaged: its entries are lost to dedup, nothing else
+                continue
+            if covered is None:
+                old = True  # an earlier format: its keys lack the topic, the CommitLog's window is scanned instead
+            else:
+                start = max(start, covered)
         if bad:
             log.warning("dedup journal in %s: %d unreadable line(s) skipped (a retry of their sends would be "
                         "stored again)", self.journal.dir, bad)
         store = self.ctx.store
-        if start < 0:
+        if start < 0 or old:
             start = self._window_start(now)
         start = max(start, store.min_phys_offset)
         scanned = self._scan(start, store.confirm_offset, now)
@@ -439,16 +475,35 @@ class DedupService:
                 continue
             count += 1
             phys += msg.store_size
-            key = msg.properties.get(Prop.UNIQ_KEY)
-            if key is None or msg.store_timestamp < limit:
+            uniq = msg.properties.get(_UNIQ_KEY)
+            if uniq is None or msg.store_timestamp < limit:
                 continue
             if not _dedupable(msg.topic, msg.properties, msg.reconsume_times):
                 continue
             qid = _response_queue_id(msg.properties, msg.queue_id)
             # the first record of a key is the original send (a delayed message re-delivered later keeps it)
-            table.put(key, encode_entry(None, msg.store_timestamp, msg.offset_msg_id, qid, msg.queue_offset),
+            table.put(table_key(uniq, msg.topic, msg.properties), encode_entry(None, msg.store_timestamp, msg.offset_msg_id, qid, msg.queue_offset),
                       keep_existing=True)
         return count
+
+    # ---- replication ----
+    def on_dispatch(self, req: DispatchRequest) -> None:
+        """Dispatch listener: on a slave (classic HA or AutoSwitch), a record received by replication becomes
+        visible; remember its key as the start-up scan would (any group, the first record of a key wins), so that
+        after a failover this broker answers a retry of it. On a master its own puts are remembered by after_put.
+        The msgId is resolved from the CommitLog only on a hit (LAZY_ID): the record holds the master's host."""
+        uniq = req.uniq_key
+        if uniq is None or not self.ctx.config.is_slave:
+            return
+        props = req.properties
+        key = f"{uniq}{SEP}{props.get(_REAL_TOPIC) or req.topic}"  # table_key, inlined
+        table = self.table
+        if key in table.entries or not _dedupable(req.topic, props, 0):  # reconsume times: not in the request
+            return
+        ts = req.store_timestamp
+        table.put(key, f"{ts}{SEP}{_response_queue_id(props, req.queue_id)}{SEP}{req.queue_offset}{SEP}"
+                       f"{LAZY_ID}{req.phys_offset}")  # encode_entry(None, ...), inlined
+        table.evict(ts)
 
     # ---- journal ----
     def _encode_new_rows(self, covered: int, start: int, end: int, lines: list[bytes],
@@ -519,6 +574,8 @@ class DedupService:
 
     async def start(self) -> None:
         scanned = self.rebuild()
+        # at once after the scan (no await between): every record dispatched from now on is past what it read
+        self.ctx.store.add_dispatch_listener(self.on_dispatch)
         log.info("dedup: %d keys remembered (%d CommitLog records scanned)", len(self.table), scanned)
 
     async def run(self) -> None:

@@ -1,0 +1,168 @@
+"""De-duplication on a replica: records a slave store receives by append_raw feed its table (a retry after a
+failover is answered with the original result); the topic is part of the key; an old-format journal is replaced by
+a scan of the CommitLog window. Real stores on a simulated disk, no sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+
+from orbitmq.broker.config import BrokerConfig
+from orbitmq.broker.services import BackgroundWrites
+from orbitmq.broker.services.dedup import SEP, DedupService, table_key
+from orbitmq.broker.stats import BrokerStats
+from orbitmq.model.properties import Prop
+from orbitmq.protocol import RemotingCommand, RequestCode
+from orbitmq.store import MessageInner, MessageStore, PutResult, PutStatus, StoreConfig
+from orbitmq.testing.sim_disk import SimDisk
+
+SEG = 64 * 1024
+MASTER_HOST = "10.0.0.1:10911"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1_700_000_000_000
+
+    def now_ms(self) -> int:
+        self.t += 1
+        return self.t
+
+    def monotonic_ms(self) -> int:
+        return 0
+
+
+def _store(root: str, clock: _Clock) -> MessageStore:
+    s = MessageStore(StoreConfig(root, mapped_file_size_commitlog=SEG, mapped_file_size_consume_queue=20 * 100,
+                                 max_message_size=4096, max_hash_slot_num=64, max_index_num=512),
+                     disk=SimDisk(), clock=clock)
+    s.load()
+    return s
+
+
+def _svc(tmp_path: Any, store: MessageStore, clock: _Clock, role: str = "SLAVE") -> DedupService:
+    cfg = BrokerConfig(broker_ip1="127.0.0.1", broker_role=role, broker_id=1 if role == "SLAVE" else 0)
+    ctx = SimpleNamespace(config=cfg, stats=BrokerStats(), send_hooks=[], store=store, store_host="10.0.0.2:10911")
+    env = SimpleNamespace(clock=clock, config_dir=str(tmp_path), store_config=store.config, writes=BackgroundWrites())
+    svc = DedupService(ctx, env)  # type: ignore[arg-type]
+    asyncio.run(svc.start())  # rebuild, then the dispatch listener
+    return svc
+
+
+def _msg(key: str | None, topic: str = "T", qid: int = 1, **props: str) -> MessageInner:
+    p = dict(props)
+    if key is not None:
+        p[Prop.UNIQ_KEY] = key
+    return MessageInner(topic, qid, b"body-" + (key or "none").encode() + b"." * 100, p, store_host=MASTER_HOST)
+
+
+def _put(store: MessageStore, msg: MessageInner) -> PutResult:
+    r, _ = store.put_messages_nowait([msg])
+    assert r.status is PutStatus.PUT_OK
+    return r
+
+
+def _replicate(master: MessageStore, slave: MessageStore) -> None:
+    start = slave.max_phys_offset
+    data = master.read_commitlog(start, master.max_phys_offset - start)
+    slave.append_raw(start, data)
+
+
+def _req(group: str = "PG") -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"a": group, "b": "T"})
+
+
+def _promote(svc: DedupService) -> None:
+    svc.ctx.config = dataclasses.replace(svc.ctx.config, broker_role="SYNC_MASTER", broker_id=0)
+
+
+def test_a_replicated_message_retried_after_a_failover_is_answered_with_its_original_result(tmp_path: Any) -> None:
+    clock = _Clock()
+    master, slave = _store("/m", clock), _store("/s", clock)
+    replica = _svc(tmp_path / "s", slave, clock)
+    _put(master, _msg(None))  # no UNIQ_KEY: skipped
+    originals = {k: _put(master, _msg(k, qid=i % 4)) for i, k in enumerate(["K1", "K2", "K3"])}
+    _put(master, _msg("R1", topic="%RETRY%G"))  # consumer retries are never de-duplicated
+    _replicate(master, slave)
+    assert set(replica.table.entries) == {table_key(k, "T", {}) for k in originals}
+    _promote(replica)  # the slave becomes master: a client retries its unanswered sends here
+    for i, (key, r) in enumerate(originals.items()):
+        resp = replica.before_put(None, _req(), [_msg(key, qid=3)])
+        assert resp is not None and resp.code == 0
+        assert resp.ext_fields["msgId"] == r.msg_ids[0]  # the master's msgId: its host, read from the record
+        assert resp.ext_fields["msgId"] == master.look_message_by_offset(r.phys_offset).offset_msg_id
+        assert (resp.ext_fields["queueId"], resp.ext_fields["queueOffset"]) == (str(i % 4), str(r.queue_offset))
+    assert replica.before_put(None, _req(), [_msg("NEW")]) is None
+    assert replica.before_put(None, _req(), [_msg("R1", topic="%RETRY%G")]) is None
+
+
+def test_a_replicated_delayed_message_answers_its_real_queue(tmp_path: Any) -> None:
+    clock = _Clock()
+    master, slave = _store("/m", clock), _store("/s", clock)
+    replica = _svc(tmp_path / "s", slave, clock)
+    delayed = _msg("D1", topic="SCHEDULE_TOPIC_XXXX", qid=2, **{Prop.REAL_TOPIC: "T", Prop.REAL_QID: "3"})
+    r = _put(master, delayed)
+    _replicate(master, slave)
+    _promote(replica)
+    resp = replica.before_put(None, _req(), [_msg("D1", qid=3)])
+    assert resp is not None and resp.ext_fields["queueId"] == "3"
+    assert resp.ext_fields["queueOffset"] == str(r.queue_offset)
+
+
+def test_a_replicas_table_persists_in_its_journal(tmp_path: Any) -> None:
+    clock = _Clock()
+    master, slave = _store("/m", clock), _store("/s", clock)
+    replica = _svc(tmp_path / "s", slave, clock)
+    r = _put(master, _msg("K1"))
+    _replicate(master, slave)
+    asyncio.run(replica.stop())
+    # reloaded beside an empty CommitLog: only the journal can know K1 (its msgId is resolved from this host then)
+    reloaded = _svc(tmp_path / "s", _store("/empty", clock), clock, role="SYNC_MASTER")
+    resp = reloaded.before_put(None, _req(), [_msg("K1")])
+    assert resp is not None and resp.ext_fields["queueOffset"] == str(r.queue_offset)
+    assert resp.ext_fields["msgId"].endswith(f"{r.phys_offset:016X}")
+
+
+def test_a_master_does_not_feed_its_own_dispatches(tmp_path: Any) -> None:
+    clock = _Clock()
+    master = _store("/m", clock)
+    svc = _svc(tmp_path / "m", master, clock, role="SYNC_MASTER")
+    _put(master, _msg("K1"))  # dispatched, but after_put (not called here) is what remembers a master's puts
+    assert len(svc.table) == 0
+
+
+def test_the_topic_is_part_of_the_key(tmp_path: Any) -> None:
+    clock = _Clock()
+    master = _store("/m", clock)
+    svc = _svc(tmp_path / "m", master, clock, role="SYNC_MASTER")
+    msg = _msg("K1", topic="A")
+    svc.after_put(None, _req(), [msg], _put(master, msg))
+    assert svc.before_put(None, _req(), [_msg("K1", topic="B")]) is None  # another topic: stored
+    assert svc.before_put(None, _req(), [_msg("K1", topic="A")]) is not None
+    assert svc.before_put(None, _req(), [_msg("K1", topic="A"), _msg("K1", topic="B")]) is None  # a batch too
+    # rebuilt from the CommitLog scan: the same rule
+    rebuilt = _svc(tmp_path / "other", master, clock, role="SYNC_MASTER")
+    assert rebuilt.before_put(None, _req(), [_msg("K1", topic="B")]) is None
+    assert rebuilt.before_put(None, _req(), [_msg("K1", topic="A")]) is not None
+
+
+def test_an_old_format_journal_is_replaced_by_a_scan_of_the_window(tmp_path: Any) -> None:
+    clock = _Clock()
+    master = _store("/m", clock)
+    r = _put(master, _msg("K1"))
+    jdir = tmp_path / "dedup"
+    jdir.mkdir()
+    # a format-2 line (keys without the topic) claiming the whole CommitLog: its rows are not loaded, and the scan
+    # starts at the window's start instead of its physOffset
+    old_row = ["OLD", SEP.join([str(clock.t), "0", "0", "X"])]
+    line = orjson.dumps({"version": 2, "physOffset": master.confirm_offset, "rows": [old_row]})
+    (jdir / f"{1:010d}-{0:020d}.jsonl").write_bytes(line + b"\n")
+    svc = _svc(tmp_path, master, clock, role="SYNC_MASTER")
+    assert "OLD" not in svc.table.entries
+    resp = svc.before_put(None, _req(), [_msg("K1")])
+    assert resp is not None and resp.ext_fields["msgId"] == r.msg_ids[0]
+    assert [p.name.split("-")[0] for p in jdir.iterdir()] == [f"{2:010d}"]  # rewritten in the new format
