@@ -496,14 +496,24 @@ class DedupService:
         if uniq is None or not self.ctx.config.is_slave:
             return
         props = req.properties
-        key = f"{uniq}{SEP}{props.get(_REAL_TOPIC) or req.topic}"  # table_key, inlined
+        topic = req.topic
+        real = props.get(_REAL_TOPIC)
+        if real is None:
+            qid = req.queue_id
+            key = f"{uniq}{SEP}{topic}"  # table_key, inlined
+        else:
+            if real.startswith(_SKIP_PREFIXES):
+                return
+            qid = _response_queue_id(props, req.queue_id)
+            key = f"{uniq}{SEP}{real or topic}"
         table = self.table
-        if key in table.entries or not _dedupable(req.topic, props, 0):  # reconsume times: not in the request
+        # _dedupable with reconsume times 0 (not in the request: a consumer retry goes to a %RETRY% topic anyway)
+        if key in table.entries or topic.startswith(_SKIP_PREFIXES) or topic in _SKIP_TOPICS:
             return
         ts = req.store_timestamp
-        table.put(key, f"{ts}{SEP}{_response_queue_id(props, req.queue_id)}{SEP}{req.queue_offset}{SEP}"
-                       f"{LAZY_ID}{req.phys_offset}")  # encode_entry(None, ...), inlined
-        table.evict(ts)
+        table.put(key, f"{ts}{SEP}{qid}{SEP}{req.queue_offset}{SEP}{LAZY_ID}{req.phys_offset}")  # encode_entry(None..)
+        if ts - table._head_ts > table.window_ms or len(table.entries) > table.max_entries:
+            table.evict(ts)  # evict()'s own fast exit, without the call
 
     # ---- journal ----
     def _encode_new_rows(self, covered: int, start: int, end: int, lines: list[bytes],

@@ -1,8 +1,9 @@
 """Files of the dedup table: an append-only journal of entries in segment files, one generation at a time.
 
-Each line of a segment is one JSON object, the same shape a whole-table snapshot had:
-`{"version":1,"physOffset":P,"entries":[[key, group, storeTs, msgId, queueId, queueOffset], ...]}`; P is the CommitLog
-offset the entries cover (a restart scans the CommitLog from the last line's P). Segments are named
+Each line of a segment is one JSON object (its rows are dedup.py's, this module never parses them):
+`{"version":3,"physOffset":P,"rows":[[tableKey, entry], ...]}` (tableKey: UNIQ_KEY and topic, entry: encode_entry);
+P is the CommitLog offset the rows cover (a restart scans the CommitLog from the last line's P). Lines of versions
+1 and 2 (keys without the topic) are skipped by dedup.py, which then scans the CommitLog's window. Segments are named
 `<generation>-<position>.jsonl`: `position` is the table's order-log position of the segment's first row, so a
 segment whose successor starts at or before the table's evicted position holds only evicted rows and is deleted.
 
