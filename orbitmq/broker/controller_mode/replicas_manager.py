@@ -26,6 +26,7 @@ from orbitmq.broker.services import ServiceEnv
 from orbitmq.broker.services.metadata_sync import (
     OffsetForwarder,
     adopt_missing_metadata,
+    offer_topics,
     pull_offsets_from,
     sync_metadata_from,
 )
@@ -400,6 +401,9 @@ class ReplicasManager:
                                  gate_visibility=cfg.all_ack_in_sync_state_set, available=None)
         self.ha.progress()
         raised = store.raise_queue_offsets()  # never reuse a queue offset (#6344, #7689)
+        for tc in ctx.topics.adopt_topics_with_data(store.cq_table.queue_max_offsets()):
+            log.warning("new master: topic %s has data but no config here: config added (%d queues)",
+                        tc.topic_name, tc.write_queue_nums)
         self.master_epoch, self.sss_epoch, self.sync_state_set = info.master_epoch, info.sss_epoch, frozenset(members)
         self.master_id, self.master_addr = self.broker_id, cfg.broker_addr
         self.role = MASTER
@@ -510,7 +514,12 @@ class ReplicasManager:
             try:
                 if self.role == SLAVE and self.master_addr:
                     addr = self.master_addr
-                    await sync_metadata_from(self.ctx, self.env.client, addr)
+                    with_data = {t for (t, _), m in self.ctx.store.cq_table.queue_max_offsets().items() if m > 0}
+                    kept = await sync_metadata_from(self.ctx, self.env.client, addr, keep=with_data.__contains__)
+                    if kept and addr == self.master_addr:  # the master lacks topics we hold data of
+                        offered = await offer_topics(self.env.client, addr, kept)
+                        log.warning("topics kept (data here, no config on the master): %s; offered: %s",
+                                    [tc.topic_name for tc in kept], offered)
                     self.offsets_synced = self.offsets_synced or addr == self.master_addr
                     self.metadata_syncs += 1
                 elif self.role == MASTER:

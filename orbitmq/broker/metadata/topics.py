@@ -173,6 +173,27 @@ class TopicConfigManager(VersionedTable[TopicConfig]):
         self._changed()
         return tc
 
+    def adopt_topics_with_data(self, queue_max: dict[tuple[str, int], int]) -> list[TopicConfig]:
+        """Controller mode, a broker becoming master: a TopicConfig (queue count = highest queue id with data + 1,
+        read/write) for every topic whose ConsumeQueues hold data but which has no config here. A message
+        acknowledged under allAckInSyncStateSet is on every member, so the data proves the topic existed even if
+        this broker never synced its config. System and illegal names are left out. Returns what was added."""
+        highest: dict[str, int] = {}
+        for (topic, queue_id), max_offset in queue_max.items():
+            if max_offset > 0 and queue_id >= 0:
+                highest[topic] = max(highest.get(topic, -1), queue_id)
+        added: list[TopicConfig] = []
+        for topic, top in sorted(highest.items()):
+            if topic in self._table or self.is_system_topic(topic) or validate_topic_name(topic) is not None:
+                continue
+            n = min(top + 1, MAX_QUEUE_NUMS)
+            tc = TopicConfig(topic, n, n, Perm.READ | Perm.WRITE)
+            self._table[topic] = tc
+            added.append(tc)
+        if added:
+            self._changed()
+        return added
+
     def create_system_topic(self, topic: str, queue_nums: int, perm: int = 6, topic_sys_flag: int = 0) -> TopicConfig:
         """Get or create an internal topic (%RETRY%/%DLQ% groups, transaction topics, ...)."""
         existing = self._table.get(topic)

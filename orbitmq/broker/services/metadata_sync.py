@@ -1,7 +1,8 @@
 """Replica metadata sync shared by classic HA (services/ha.py) and controller mode (controller_mode/): pull a master's
 topics, subscription groups, consumer and delay offsets (offsets merged so they never roll back), and forward
-committed consumer offsets between the members of a group (oneway, marked so the receiver does not forward again).
-Owns no schedule and no role logic: the callers decide when and from whom.
+committed consumer offsets between the members of a group (oneway, marked so the receiver does not forward again);
+in controller mode a slave keeps topics it holds data of and offers them to the master. Owns no schedule and no
+role logic: the callers decide when and from whom.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from orbitmq.base.errors import OrbitMQError
@@ -17,6 +19,7 @@ from orbitmq.broker.metadata.data_version import DataVersion, loads_lenient
 from orbitmq.broker.metadata.groups import decode_group_wrapper
 from orbitmq.broker.metadata.offset_versions import DelayOffsetTable
 from orbitmq.broker.metadata.topics import _decode_wrapper as decode_topic_wrapper
+from orbitmq.model.topic import TopicConfig
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies import ConsumerOffsetSerializeWrapper
 from orbitmq.protocol.bodies.admin import DelayOffsetSerializeWrapper
@@ -37,13 +40,20 @@ async def fetch_body(client: RemotingClient, addr: str, code: int) -> bytes | No
     return bytes(resp.body)
 
 
-async def sync_metadata_from(ctx: BrokerContext, client: RemotingClient, addr: str) -> None:
+async def sync_metadata_from(ctx: BrokerContext, client: RemotingClient, addr: str,
+                             keep: Callable[[str], bool] | None = None) -> list[TopicConfig]:
     """Pull topics, consumer offsets, delay offsets and subscription groups from the master at `addr`. Topics and
-    groups are replaced when the master's data version differs; offsets are merged (never rolled back)."""
+    groups are replaced when the master's data version differs; offsets are merged (never rolled back). `keep`
+    (controller mode): a topic the master lacks is kept here when keep(topic) (we hold its data); those are
+    returned."""
+    kept: list[TopicConfig] = []
     body = await fetch_body(client, addr, RequestCode.GET_ALL_TOPIC_CONFIG)
     if body is not None:
         table, version = decode_topic_wrapper(loads_lenient(body))
         if version.to_json_obj() != ctx.topics.data_version.to_json_obj():
+            if keep is not None:
+                kept = [tc for name, tc in ctx.topics.all().items() if name not in table and keep(name)]
+                table = {**table, **{tc.topic_name: tc for tc in kept}}
             ctx.topics.replace_all(table, version)
     await pull_offsets_from(ctx, client, addr)
     body = await fetch_body(client, addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
@@ -51,6 +61,32 @@ async def sync_metadata_from(ctx: BrokerContext, client: RemotingClient, addr: s
         groups, gversion = decode_group_wrapper(loads_lenient(body))
         if gversion.to_json_obj() != ctx.groups.data_version.to_json_obj():
             ctx.groups.replace_all(groups, gversion)
+    return kept
+
+
+async def offer_topics(client: RemotingClient, addr: str, topics: list[TopicConfig]) -> list[str]:
+    """Controller mode, a slave holding data of topics its master has no config for: UPDATE_AND_CREATE_TOPIC to
+    the master, but only for a topic the master holds data of too (a topic deleted on the master lost its data
+    there: it is not brought back). Returns the topics sent."""
+    sent: list[str] = []
+    for tc in topics:
+        maxes = []
+        for qid in range(tc.write_queue_nums):
+            ext = {"topic": tc.topic_name, "queueId": str(qid)}
+            resp = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, ext),
+                                       REQUEST_TIMEOUT_MS)
+            maxes.append(int((resp.ext_fields or {}).get("offset", "0")) if resp.code == ResponseCode.SUCCESS else 0)
+        if max(maxes, default=0) <= 0:
+            continue
+        ext = {"topic": tc.topic_name, "defaultTopic": "TBW102", "readQueueNums": str(tc.read_queue_nums),
+               "writeQueueNums": str(tc.write_queue_nums), "perm": str(tc.perm),
+               "topicFilterType": tc.topic_filter_type, "topicSysFlag": str(tc.topic_sys_flag),
+               "order": "true" if tc.order else "false"}
+        resp = await client.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext),
+                                   REQUEST_TIMEOUT_MS)
+        if resp.code == ResponseCode.SUCCESS:
+            sent.append(tc.topic_name)
+    return sent
 
 
 async def pull_offsets_from(ctx: BrokerContext, client: RemotingClient, addr: str) -> tuple[bool, bool]:
