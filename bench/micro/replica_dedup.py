@@ -23,7 +23,8 @@ from orbitmq.broker.services import BackgroundWrites
 from orbitmq.broker.services.dedup import DedupService
 from orbitmq.broker.stats import BrokerStats
 from orbitmq.model.properties import Prop
-from orbitmq.store import MessageInner, MessageStore, StoreConfig
+from orbitmq.protocol import RemotingCommand, RequestCode
+from orbitmq.store import MessageInner, MessageStore, PutResult, PutStatus, StoreConfig
 from orbitmq.store.dispatch import DispatchRequest
 
 SEG = 128 * 1024 * 1024
@@ -52,7 +53,7 @@ def _slave_service(store: MessageStore, config_dir: str) -> DedupService:
     env = SimpleNamespace(clock=REAL_CLOCK, config_dir=config_dir, store_config=store.config,
                           writes=BackgroundWrites())
     svc = DedupService(ctx, env)  # type: ignore[arg-type]
-    asyncio.run(svc.start())  # rebuild (empty) + the dispatch listener
+    asyncio.run(svc.start())  # rebuild (empty) + the dispatch listener (in a tree that has it)
     return svc
 
 
@@ -104,8 +105,38 @@ def _listener_us(n: int, keyed: bool) -> float:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def _send_hook_us(n: int) -> dict[str, float]:
+    """The master's side, for comparison across trees: before_put of a never-seen key (every first send) and
+    after_put of a single send."""
+    d = tempfile.mkdtemp(prefix="orbitmq-micro-hook-")
+    try:
+        store = _store(os.path.join(d, "store"))
+        svc = _slave_service(store, d)
+        req = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"a": "PG", "b": "LoadT"})
+        msgs = [[MessageInner("LoadT", 1, b"x", {Prop.UNIQ_KEY: f"7F0000010F3A18B4AAC27E4D{i:08X}", "TAGS": "A"})]
+                for i in range(n)]
+        results = [PutResult(PutStatus.PUT_OK, i * 1200, 1200, [f"ID{i:016X}"], i, 1, 1_700_000_000_000 + i)
+                   for i in range(n)]
+        t0 = time.process_time()
+        for m in msgs:
+            svc.before_put(None, req, m)
+        miss = time.process_time() - t0
+        t0 = time.process_time()
+        for m, r in zip(msgs, results, strict=True):
+            svc.after_put(None, req, m, r)
+        put = time.process_time() - t0
+        asyncio.run(store.shutdown())
+        return {"before_put, key never seen": miss * 1e6 / n, "after_put, one message": put * 1e6 / n}
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000
+    for name, us in _send_hook_us(n).items():
+        print(f"{name:55s} {us:8.2f} us")
+    if not hasattr(DedupService, "on_dispatch"):
+        return  # a tree before replicas learned keys
     for keyed in (True, False):
         d = tempfile.mkdtemp(prefix="orbitmq-micro-master-")
         try:
