@@ -189,6 +189,10 @@ async def _master_kills(c: ControllerCluster, kills: int) -> list[tuple[float, f
     assert not unseen, f"the consuming group never saw {len(unseen)} acknowledged messages, e.g. {sorted(unseen)[:5]}"
     back = watch.backwards()
     assert not back, "offsets served by the master went backwards across failovers:\n" + "\n".join(back)
+    master = await asyncio.to_thread(c.master)
+    assert master is not None
+    info = await asyncio.to_thread(c.runtime_info, master)
+    assert int(info.get("offsetPublishAcks", "0")) > 0, f"no acknowledged offset batch on the master: {info}"
     probe = [t for t, _ in trials]
     print(summarize("failover (kill -> new master in route accepts a write)", probe))
     sdk = [t for _, t in trials if t is not None]
@@ -459,3 +463,52 @@ async def _kill_everything(c: ControllerCluster) -> None:
 def test_kill_everything_at_once(cluster_factory: Any) -> None:
     c = cluster_factory()
     run(c, _kill_everything(c), 280)
+
+
+# ---- everything killed right after a topic was created (the topic survives through its data) -------------
+FRESH_TOPIC = "FreshTopic"
+
+
+async def _kill_right_after_create(c: ControllerCluster) -> None:
+    """Create a topic on the master only and write to every queue (allAckInSyncStateSet: each acked message is on
+    every member), kill everything at once before any metadata sync can run, bring back the two other brokers
+    first so one of them (which never synced the topic) is elected, then the old master: the topic must be in the
+    route, on every member, with every acknowledged message readable."""
+    await asyncio.to_thread(c.wait_group_ready, None, 3, 60.0)
+    old = await asyncio.to_thread(c.wait_master)
+    async with Admin(c.ns_addr) as admin:
+        await admin.update_topic(FRESH_TOPIC, broker_addr=old.addr, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+    acked: dict[str, Ack] = {}
+    client = RemotingClient(name="fresh-probe")
+    try:
+        for qid in range(QUEUES):
+            deadline = time.monotonic() + 20
+            while (ack := await probe_send(client, old.addr, FRESH_TOPIC, f"fresh-{qid}", qid, 3000)) is None:
+                assert time.monotonic() < deadline, f"no acked write to {FRESH_TOPIC} queue {qid}"
+                await asyncio.sleep(0.05)
+            acked[ack.body] = ack
+    finally:
+        await client.close()
+    others = [m for m in c.members() if m is not old]
+    synced = [m.name for m in others if c.has_topic(m, FRESH_TOPIC)]
+    await asyncio.to_thread(c.kill_everything)
+    print(f"killed everything; members that had synced {FRESH_TOPIC}: {synced or 'none'}")
+    for ctl in c.controllers:
+        ctl.proc.start(wait=False)
+    for m in others:
+        m.proc.start(wait=False)
+    new = await asyncio.to_thread(lambda: c.wait_master(topic=FRESH_TOPIC, timeout_s=60.0))
+    assert new is not old
+    await asyncio.to_thread(c.restart, old)
+    await asyncio.to_thread(c.wait_group_ready, None, 3, 60.0)
+    await asyncio.to_thread(wait_until, f"{FRESH_TOPIC} on every member",
+                            lambda: all(c.has_topic(m, FRESH_TOPIC) for m in c.members()), 30.0, 0.2)
+    stored = await read_topic_at(new.addr, FRESH_TOPIC, QUEUES)
+    problems = check_acked_readable(acked, stored)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.timeout(300)
+def test_kill_everything_right_after_topic_creation(cluster_factory: Any) -> None:
+    c = cluster_factory()
+    run(c, _kill_right_after_create(c), 280)
