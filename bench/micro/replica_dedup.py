@@ -1,10 +1,7 @@
-"""Per-record CPU cost on a slave of learning de-duplication keys from replication: append_raw + dispatch of master
-bytes into a slave store, without and with the DedupService dispatch listener, for records with and without
-UNIQ_KEY; plus the listener call alone. In-process, process CPU time (stable on a loaded machine):
-
-    .venv/bin/python bench/micro/replica_dedup.py [records]
-
-Each line: case, microseconds of process CPU per record (best of 3 rounds, a fresh slave store each round).
+"""Per-record CPU cost on a slave of learning de-duplication keys: append_raw + dispatch of master bytes into a
+slave store without / with the DedupService dispatch listener (records with / without UNIQ_KEY), the listener alone,
+and the master's before_put / after_put per send (run against two trees with PYTHONPATH=<tree> to compare).
+Usage: .venv/bin/python bench/micro/replica_dedup.py [records]; µs of process CPU per record, best of 3 rounds.
 """
 
 from __future__ import annotations
