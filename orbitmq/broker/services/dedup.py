@@ -399,8 +399,8 @@ class DedupService:
                     continue
             elif not _dedupable(m.topic, props, m.reconsume_times):
                 continue
-            put(f"{uniq}{SEP}{real or m.topic}", f"{head}{queue_offset + i}{SEP}{msg_id}{tail}")  # inlined
-            # table_key, encode_entry
+            # table_key and encode_entry, inlined
+            put(f"{uniq}{SEP}{real or m.topic}", f"{head}{queue_offset + i}{SEP}{msg_id}{tail}")
         table.evict(ts)
 
     # ---- recovery ----
@@ -482,8 +482,8 @@ class DedupService:
                 continue
             qid = _response_queue_id(msg.properties, msg.queue_id)
             # the first record of a key is the original send (a delayed message re-delivered later keeps it)
-            table.put(table_key(uniq, msg.topic, msg.properties), encode_entry(None, msg.store_timestamp, msg.offset_msg_id, qid, msg.queue_offset),
-                      keep_existing=True)
+            entry = encode_entry(None, msg.store_timestamp, msg.offset_msg_id, qid, msg.queue_offset)
+            table.put(table_key(uniq, msg.topic, msg.properties), entry, keep_existing=True)
         return count
 
     # ---- replication ----
