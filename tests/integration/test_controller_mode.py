@@ -18,12 +18,18 @@ from typing import Any
 import pytest
 
 from orbitmq.base.errors import OrbitMQError
-from orbitmq.client import Admin, MessageQueue, PullStatus, broker_api
+from orbitmq.client import Admin
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies.controller import EpochEntryCache
 from orbitmq.remoting import RemotingClient
 from orbitmq.testing.controller_cluster import BrokerMember, ControllerCluster
-from orbitmq.testing.failover_load import Ack, check_acked_readable, probe_send, wait_new_master_write
+from orbitmq.testing.failover_load import (
+    Ack,
+    check_acked_readable,
+    probe_send,
+    read_topic_at,
+    wait_new_master_write,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -76,30 +82,8 @@ async def send_batch(client: RemotingClient, addr: str, prefix: str, n: int, ack
         acked[body] = ack
 
 
-async def read_topic_at(addr: str) -> dict[MessageQueue, list[Any]]:
-    """Every message of TOPIC stored on the broker at `addr`, pulled straight from it."""
-    out: dict[MessageQueue, list[Any]] = {}
-    client = RemotingClient(name="readback")
-    try:
-        for qid in range(QUEUES):
-            mq = MessageQueue(TOPIC, "", qid)
-            offset, end = await broker_api.min_offset(client, addr, mq), await broker_api.max_offset(client, addr, mq)
-            msgs: list[Any] = []
-            while offset < end:
-                h = broker_api.pull_header("readback", mq, offset, 32, 4, 0, 0, "*", 0)  # 4: FLAG_SUBSCRIPTION
-                r = await broker_api.pull(client, addr, h, 5000, None)
-                if r.status is not PullStatus.FOUND or r.next_begin_offset <= offset:
-                    break
-                msgs.extend(r.msgs)
-                offset = r.next_begin_offset
-            out[mq] = msgs
-    finally:
-        await client.close()
-    return out
-
-
 async def has_all(addr: str, acked: dict[str, Ack]) -> bool:
-    stored = await read_topic_at(addr)
+    stored = await read_topic_at(addr, TOPIC, QUEUES)
     bodies = {m.body.decode() for msgs in stored.values() for m in msgs}
     return set(acked) <= bodies
 
@@ -155,7 +139,7 @@ async def scenario(c: ControllerCluster) -> None:
         assert identity(master) == ids_before[master.name], "the broker id changed across a restart"
         await until("the old master caught up", lambda: has_all(master.addr, acked), 60)
         await until("offsets on the old master", lambda: _eq(committed(client, master.addr, 0), 7))
-        stored = await read_topic_at(new.addr)
+        stored = await read_topic_at(new.addr, TOPIC, QUEUES)
         problems = check_acked_readable(acked, stored)
         assert not problems, "\n".join(problems)
         assert await committed(client, new.addr, 0) >= 7 and await committed(client, new.addr, 1) >= 5
@@ -217,7 +201,7 @@ async def fencing_scenario(c: ControllerCluster) -> None:
         await until("the old master steps down to slave",
                     lambda: _role_is(client, old.addr, "SLAVE"), 30)
         await until("the old master has every acked message", lambda: has_all(old.addr, acked), 60)
-        problems = check_acked_readable(acked, await read_topic_at(new.addr))
+        problems = check_acked_readable(acked, await read_topic_at(new.addr, TOPIC, QUEUES))
         assert not problems, "\n".join(problems)
     finally:
         await client.close()
