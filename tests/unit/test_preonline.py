@@ -171,7 +171,9 @@ def test_whole_run_is_bounded(tmp_path) -> None:
     asyncio.run(svc.start())
     assert time.monotonic() - began < 2
     assert svc.state == "timeout" and isolation == [True, False]
-    assert int(svc.runtime()["preOnlineMs"]) >= 300
+    # the event loop may fire a timer up to its clock resolution early (asyncio runs handles due within
+    # `loop._clock_resolution`, uvloop rounds to whole ms): 299 ms was seen on a busy machine
+    assert int(svc.runtime()["preOnlineMs"]) >= 290
 
 
 def test_no_name_server(tmp_path) -> None:
