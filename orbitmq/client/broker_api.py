@@ -6,13 +6,13 @@ the response: expected outcomes become values (PullStatus, -1 for "no offset"), 
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
 from orbitmq.base.errors import CorruptionError
+from orbitmq.base.inflate import InflateError, inflate
 from orbitmq.client.errors import error_for_response
 from orbitmq.model import MessageExt, MessageQueue, Prop, iter_records
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
@@ -24,6 +24,9 @@ PULL_FLAG_SUBSCRIPTION = 0x4
 
 _COMPRESSION_TYPE_MASK = 0x700
 _COMPRESSION_ZLIB = 0x300
+# a compressed message body is inflated to at most this (RocketMQ's maxMessageSize is 4 MiB by default; a body
+# beyond 16x that is a decompression bomb, reported as corrupt instead of exhausting the consumer's memory)
+MAX_INFLATED_MESSAGE_BODY = 64 * 1024 * 1024
 
 
 class Invoker(Protocol):
@@ -87,9 +90,9 @@ def decode_messages(body: bytes | None, tags: frozenset[str] | None = None) -> l
             ctype = sf & _COMPRESSION_TYPE_MASK
             if ctype in (0, _COMPRESSION_ZLIB):
                 try:
-                    m.body = zlib.decompress(m.body)
-                except zlib.error as e:
-                    raise CorruptionError("pull body", m.phys_offset, f"bad zlib body: {e}") from None
+                    m.body = inflate(m.body, MAX_INFLATED_MESSAGE_BODY)
+                except InflateError as e:
+                    raise CorruptionError("pull body", m.phys_offset, f"bad compressed body: {e}") from None
         if tags is not None and m.properties.get(Prop.TAGS) not in tags:
             continue
         out.append(m)

@@ -12,11 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orbitmq.base.errors import ProtocolError
+from orbitmq.base.inflate import InflateError, inflate
 from orbitmq.model.topic import TopicConfig
 from orbitmq.protocol import fastjson
 from orbitmq.protocol.bodies.base import JsonBody, as_int
 
 _I32 = struct.Struct(">i")
+# ceiling of an inflated compressed REGISTER_BROKER body: ~300k topic configs; a few MB of zeros must not
+# become GBs of memory in the name server
+MAX_INFLATED_REGISTER_BODY = 64 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -126,7 +130,7 @@ class RegisterBrokerBody(JsonBody):
     @classmethod
     def from_compressed(cls, body: bytes) -> RegisterBrokerBody:
         try:
-            raw = zlib.decompress(body)
+            raw = inflate(body, MAX_INFLATED_REGISTER_BODY)
             pos = 0
 
             def chunk() -> bytes:
@@ -145,6 +149,6 @@ class RegisterBrokerBody(JsonBody):
                 tc = topic_config_from_text(chunk().decode())
                 table[tc.topic_name] = tc
             filters = [str(x) for x in fastjson.loads(chunk()) or []] if pos < len(raw) else []
-        except (zlib.error, struct.error, ValueError, UnicodeDecodeError) as e:
+        except (InflateError, struct.error, ValueError, UnicodeDecodeError) as e:
             raise ProtocolError(f"bad compressed RegisterBrokerBody: {e}") from None
         return cls(TopicConfigSerializeWrapper(table, dv), filters)

@@ -116,6 +116,18 @@ def test_compressed_register_and_crc_checks():
     assert table.group("broker-b") is None
 
 
+def test_compressed_register_bomb_is_refused_without_inflating_it(monkeypatch):
+    import orbitmq.protocol.bodies.register as register
+
+    monkeypatch.setattr(register, "MAX_INFLATED_REGISTER_BODY", 1 << 20)
+    h, table, _, _ = make()
+    cmd = register_cmd(compressed=True)
+    cmd.body = zlib.compress(b"\0" * (8 << 20), 9)  # 8 MiB of zeros in ~8 KB
+    resp = h(FakeConn(), cmd)
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "inflates to more than 1048576 bytes" in resp.remark
+    assert table.group("broker-a") is None
+
+
 def test_old_broker_version_sends_bare_wrapper():
     h, table, _, _ = make()
     cmd = register_cmd()
