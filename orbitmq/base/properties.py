@@ -6,6 +6,7 @@ config field's type with a one-line ConfigError. No file access here.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from orbitmq.base.errors import ConfigError
@@ -96,3 +97,31 @@ def coerce_value(source: str, key: str, value: str, type_name: Any) -> Any:
             return low == "true"
         raise ConfigError(f"{source}: {key}: {value!r} is not a boolean (true/false)")
     return value
+
+
+def read_properties_file(path: str, what: str) -> list[tuple[int, str, str]]:
+    """The triples of a config file; an unreadable file is a one-line ConfigError naming `what` (e.g. "broker")."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} config {path}: {e.strerror or e}") from None
+    return parse_properties(text)
+
+
+def field_values(props: list[tuple[int, str, str]], keys: dict[str, str], field_types: dict[str, Any], source: str,
+                 *, ignored: frozenset[str] = frozenset(), path_fields: frozenset[str] = frozenset(),
+                 ) -> tuple[dict[str, Any], list[str]]:
+    """(line, key, value) triples -> ({field name: typed value}, warnings). `keys` maps config keys to field names;
+    keys outside it (and outside `ignored`) are warned about; fields in `path_fields` get `~` expanded."""
+    values: dict[str, Any] = {}
+    warnings: list[str] = []
+    for lineno, key, value in props:
+        name = keys.get(key)
+        if name is None:
+            if key not in ignored:
+                warnings.append(f"{source}:{lineno}: unknown key {key!r} ignored")
+            continue
+        coerced = coerce_value(source, key, value, field_types[name])
+        values[name] = os.path.expanduser(coerced) if name in path_fields else coerced
+    return values, warnings

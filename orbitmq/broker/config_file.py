@@ -13,6 +13,7 @@ from typing import Any
 
 from orbitmq.base.errors import ConfigError
 from orbitmq.base.properties import parse_properties as parse_lines
+from orbitmq.base.properties import read_properties_file
 from orbitmq.broker.config import BrokerConfig
 
 # broker.conf key -> BrokerConfig field (type taken from the dataclass field default)
@@ -237,12 +238,8 @@ def build_configs(
 
 def load_broker_conf(path: str) -> tuple[BrokerConfig, Any, list[str]]:
     """Parse a broker.conf file -> (BrokerConfig, StoreConfig, warnings). Raises ConfigError."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ConfigError(f"cannot read broker config {path}: {e.strerror or e}") from None
-    return build_configs(parse_properties(text), source=os.path.basename(path) or path)
+    props = {key: value for _, key, value in read_properties_file(path, "broker")}
+    return build_configs(props, source=os.path.basename(path) or path)
 
 
 def camel_of(field_name: str) -> str | None:

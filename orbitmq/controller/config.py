@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from orbitmq.base.errors import ConfigError
-from orbitmq.base.properties import coerce_value, parse_properties
+from orbitmq.base.properties import field_values, read_properties_file
 from orbitmq.raft import parse_peers
 
 
@@ -142,18 +142,8 @@ def controller_config_from_properties(
 ) -> tuple[ControllerConfig, list[str]]:
     """(line, key, value) triples -> (config, warnings). Unknown keys are warned about unless in `foreign_keys`
     (the name server's own keys when the controller is embedded). Bad values -> ConfigError."""
-    values: dict[str, Any] = {}
-    warnings: list[str] = []
-    for lineno, key, value in props:
-        name = CONF_KEYS.get(key)
-        if name is None:
-            if key not in IGNORED_KEYS and key not in foreign_keys:
-                warnings.append(f"{source}:{lineno}: unknown key {key!r} ignored")
-            continue
-        coerced = coerce_value(source, key, value, _FIELD_TYPES[name])
-        if name == "controller_store_path":
-            coerced = os.path.expanduser(coerced)
-        values[name] = coerced
+    values, warnings = field_values(props, CONF_KEYS, _FIELD_TYPES, source, ignored=IGNORED_KEYS | foreign_keys,
+                                    path_fields=frozenset({"controller_store_path"}))
     config = replace(base or ControllerConfig(), **values)
     if validate:
         config.validate()
@@ -162,12 +152,8 @@ def controller_config_from_properties(
 
 def load_controller_conf(path: str | os.PathLike[str]) -> tuple[ControllerConfig, list[str]]:
     """Read controller.conf; (config, warnings for unknown keys). Unreadable file or bad values -> ConfigError."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read controller config {p}: {e.strerror or e}") from None
-    return controller_config_from_properties(parse_properties(text), source=p.name)
+    return controller_config_from_properties(read_properties_file(str(path), "controller"),
+                                             source=Path(path).name)
 
 
 def key_of(field_name: str) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orbitmq.base.errors import ConfigError
-from orbitmq.base.properties import coerce_value, parse_properties
+from orbitmq.base.properties import field_values, read_properties_file
 
 
 def _default_kv_config_path() -> str:
@@ -94,18 +94,8 @@ _FIELD_TYPES: dict[str, Any] = {f.name: f.type for f in fields(NamesrvConfig)}
 def namesrv_config_from_properties(
     props: list[tuple[int, str, str]], source: str = "namesrv.conf", base: NamesrvConfig | None = None
 ) -> tuple[NamesrvConfig, list[str]]:
-    values: dict[str, Any] = {}
-    warnings: list[str] = []
-    for lineno, key, value in props:
-        field_name = CONF_KEYS.get(key)
-        if field_name is None:
-            if key not in _IGNORED_KEYS:
-                warnings.append(f"{source}:{lineno}: unknown key {key!r} ignored")
-            continue
-        coerced = coerce_value(source, key, value, _FIELD_TYPES[field_name])
-        if field_name == "kv_config_path":
-            coerced = os.path.expanduser(coerced)
-        values[field_name] = coerced
+    values, warnings = field_values(props, CONF_KEYS, _FIELD_TYPES, source, ignored=_IGNORED_KEYS,
+                                    path_fields=frozenset({"kv_config_path"}))
     config = replace(base or NamesrvConfig(), **values)
     config.validate()
     return config, warnings
@@ -113,9 +103,5 @@ def namesrv_config_from_properties(
 
 def load_namesrv_conf(path: str | os.PathLike[str]) -> tuple[NamesrvConfig, list[str]]:
     """Read a RocketMQ namesrv.conf; returns (config, warnings for unknown keys). Bad values → ConfigError."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read name server config {p}: {e.strerror or e}") from None
-    return namesrv_config_from_properties(parse_properties(text), source=p.name)
+    return namesrv_config_from_properties(read_properties_file(str(path), "name server"),
+                                          source=Path(path).name)

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from orbitmq.base.errors import ConfigError
+from orbitmq.base.properties import parse_properties
 from orbitmq.controller.config import (
     ControllerConfig,
     controller_config_from_properties,
     load_controller_conf,
     parse_peers,
-    parse_properties,
 )
 
 PEERS = "n0-127.0.0.1:9878;n1-127.0.0.1:9868;n2-127.0.0.1:9858"

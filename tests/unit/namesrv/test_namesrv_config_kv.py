@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from orbitmq.base.errors import ConfigError
-from orbitmq.namesrv.config import NamesrvConfig, load_namesrv_conf, parse_properties
+from orbitmq.base.properties import parse_properties
+from orbitmq.namesrv.config import NamesrvConfig, load_namesrv_conf
 from orbitmq.namesrv.kv_config import KvConfig
 
 
