@@ -109,11 +109,26 @@ def read_properties_file(path: str, what: str) -> list[tuple[int, str, str]]:
     return parse_properties(text)
 
 
+def resolve_path(value: str, base_dir: str | None) -> str:
+    """A path from a config file: `~` expanded; a relative one is taken relative to `base_dir` (the config file's
+    folder), or the current directory when there is no file. Absolute paths stay as they are."""
+    path = os.path.expanduser(str(value).strip())
+    if not os.path.isabs(path):
+        path = os.path.join(base_dir or os.getcwd(), path)
+    return os.path.normpath(path)
+
+
+def conf_dir(path: str | os.PathLike[str]) -> str:
+    """The folder relative paths of the config file `path` are resolved against."""
+    return os.path.dirname(os.path.abspath(os.fspath(path)))
+
+
 def field_values(props: list[tuple[int, str, str]], keys: dict[str, str], field_types: dict[str, Any], source: str,
                  *, ignored: frozenset[str] = frozenset(), path_fields: frozenset[str] = frozenset(),
-                 ) -> tuple[dict[str, Any], list[str]]:
+                 base_dir: str | None = None) -> tuple[dict[str, Any], list[str]]:
     """(line, key, value) triples -> ({field name: typed value}, warnings). `keys` maps config keys to field names;
-    keys outside it (and outside `ignored`) are warned about; fields in `path_fields` get `~` expanded."""
+    keys outside it (and outside `ignored`) are warned about; fields in `path_fields` get `~` expanded and, given
+    `base_dir` (the file's folder), a relative path resolved against it."""
     values: dict[str, Any] = {}
     warnings: list[str] = []
     for lineno, key, value in props:
@@ -123,5 +138,7 @@ def field_values(props: list[tuple[int, str, str]], keys: dict[str, str], field_
                 warnings.append(f"{source}:{lineno}: unknown key {key!r} ignored")
             continue
         coerced = coerce_value(source, key, value, field_types[name])
-        values[name] = os.path.expanduser(coerced) if name in path_fields else coerced
+        if name in path_fields and coerced:
+            coerced = resolve_path(coerced, base_dir) if base_dir is not None else os.path.expanduser(coerced)
+        values[name] = coerced
     return values, warnings

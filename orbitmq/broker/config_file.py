@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from orbitmq.base.errors import ConfigError
+from orbitmq.base.properties import conf_dir, read_properties_file, resolve_path
 from orbitmq.base.properties import parse_properties as parse_lines
-from orbitmq.base.properties import read_properties_file
 from orbitmq.broker.config import BrokerConfig
 
 # broker.conf key -> BrokerConfig field (type taken from the dataclass field default)
@@ -98,6 +98,13 @@ BROKER_KEYS: dict[str, str] = {
     "haMaxTimeSlaveNotCatchup": "ha_max_time_slave_not_catchup",
     "storePathBrokerIdentity": "store_path_broker_identity",
     "asyncLearner": "async_learner",
+    # lease election (broker/lease_mode/)
+    "enableLeaseElection": "enable_lease_election",
+    "leaseStoreUrl": "lease_store_url",
+    "leaseName": "lease_name",
+    "leaseTtlMillis": "lease_ttl_millis",
+    "leaseRenewIntervalMillis": "lease_renew_interval_millis",
+    "leaseMaxDbErrors": "lease_max_db_errors",
     "syncFromLastFile": "sync_from_last_file",
 }
 
@@ -142,10 +149,7 @@ IGNORED_KEYS = frozenset({
 
 def _resolve_dir(path: str, base_dir: str | None) -> str:
     """A directory key of broker.conf: ~ expanded, relative to the file's directory (or the working directory)."""
-    path = os.path.expanduser(str(path).strip())
-    if not os.path.isabs(path):
-        path = os.path.join(base_dir or os.getcwd(), path)
-    return os.path.normpath(path)
+    return resolve_path(path, base_dir)
 
 
 def _type_of(dc: type, name: str) -> type:
@@ -221,7 +225,13 @@ def build_configs(
         store_kw["confirm_offset_mode"] = "flushed"
     if broker_kw.get("store_path_broker_identity"):
         broker_kw["store_path_broker_identity"] = _resolve_dir(broker_kw["store_path_broker_identity"], base_dir)
-    if broker_kw.get("enable_controller_mode"):
+    if broker_kw.get("enable_lease_election") and not broker_kw.get("enable_controller_mode"):
+        for key, name in (("broker_role", "brokerRole"), ("broker_id", "brokerId")):
+            if key in broker_kw:
+                warnings.append(f"{source}: {name} {broker_kw[key]} ignored: with enableLeaseElection the lease "
+                                "decides the role (the winner registers as brokerId 0)")
+        broker_kw["broker_role"], broker_kw["broker_id"] = "SLAVE", 0  # fenced replica until the lease names the role
+    elif broker_kw.get("enable_controller_mode"):
         if broker_kw.get("broker_role", "SLAVE") != "SLAVE":
             warnings.append(f"{source}: brokerRole {broker_kw['broker_role']} ignored: in controller mode the "
                             "controller decides the role")
@@ -237,9 +247,11 @@ def build_configs(
 
 
 def load_broker_conf(path: str) -> tuple[BrokerConfig, Any, list[str]]:
-    """Parse a broker.conf file -> (BrokerConfig, StoreConfig, warnings). Raises ConfigError."""
+    """Parse a broker.conf file -> (BrokerConfig, StoreConfig, warnings). Raises ConfigError. Relative paths in it
+    (storePathRootDir, storePathCommitLog, storePathBrokerIdentity) are relative to the file's folder, whatever the
+    current directory."""
     props = {key: value for _, key, value in read_properties_file(path, "broker")}
-    return build_configs(props, source=os.path.basename(path) or path)
+    return build_configs(props, source=os.path.basename(path) or path, base_dir=conf_dir(path))
 
 
 def camel_of(field_name: str) -> str | None:

@@ -68,7 +68,7 @@ def embedded_controller_config(namesrv_conf_path: str | None) -> tuple[Any, list
     Keys the name server owns are not reported as unknown."""
     if not namesrv_conf_path:
         return None
-    from orbitmq.base.properties import parse_properties
+    from orbitmq.base.properties import conf_dir, parse_properties
     from orbitmq.controller.config import controller_config_from_properties
     from orbitmq.namesrv.config import CONF_KEYS as NAMESRV_KEYS
 
@@ -83,7 +83,8 @@ def embedded_controller_config(namesrv_conf_path: str | None) -> tuple[Any, list
     own = [(n, k, v) for n, k, v in props if k != "listenPort"]  # the name server's port, not the controller's
     try:
         cfg, _ = controller_config_from_properties(own, Path(namesrv_conf_path).name,
-                                                   foreign_keys=frozenset(NAMESRV_KEYS))
+                                                   foreign_keys=frozenset(NAMESRV_KEYS),
+                                                   base_dir=conf_dir(namesrv_conf_path))
     except ConfigError as exc:
         raise CliError(one_line(exc), EXIT_STARTUP) from None
     return cfg, []

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from orbitmq import __version__
+from orbitmq.base.properties import conf_dir, resolve_path
 from orbitmq.cli import EXIT_STARTUP, CliError, one_line, run_async, serve, startup_error
 from orbitmq.cli.broker import (
     FLUSH_CHOICES,
@@ -87,8 +88,8 @@ def standalone_command(config_path: str | None, data_dir: str | None, namesrv_po
     ns_port = resolve_namesrv_port(namesrv_port, extra, settings.broker.namesrv_addr)
     if not settings.broker.namesrv_addr:  # register with the in-process name server
         settings.broker = dataclasses.replace(settings.broker, namesrv_addr=f"127.0.0.1:{ns_port}")
-    kv_path = extra.get("kvConfigPath") or os.path.join(
-        os.path.dirname(settings.store.store_path_root_dir), "namesrv", "kvConfig.json")
+    kv_path = resolve_path(extra["kvConfigPath"], conf_dir(config_path)) if extra.get("kvConfigPath") and \
+        config_path else os.path.join(os.path.dirname(settings.store.store_path_root_dir), "namesrv", "kvConfig.json")
     ns_cfg, _ = load_namesrv_settings(None, port=ns_port, kv_config_path=os.path.abspath(os.path.expanduser(kv_path)))
     print_warnings(settings.warnings)
     check_writable_dir(settings.store.store_path_root_dir, "store path")

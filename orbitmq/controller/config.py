@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from orbitmq.base.errors import ConfigError
-from orbitmq.base.properties import field_values, read_properties_file
+from orbitmq.base.properties import conf_dir, field_values, read_properties_file
 from orbitmq.raft import parse_peers
 
 
@@ -138,12 +138,13 @@ _FIELD_TYPES: dict[str, Any] = {f.name: f.type for f in fields(ControllerConfig)
 
 def controller_config_from_properties(
     props: list[tuple[int, str, str]], source: str = "controller.conf", base: ControllerConfig | None = None,
-    *, foreign_keys: frozenset[str] = frozenset(), validate: bool = True,
+    *, foreign_keys: frozenset[str] = frozenset(), validate: bool = True, base_dir: str | None = None,
 ) -> tuple[ControllerConfig, list[str]]:
     """(line, key, value) triples -> (config, warnings). Unknown keys are warned about unless in `foreign_keys`
-    (the name server's own keys when the controller is embedded). Bad values -> ConfigError."""
+    (the name server's own keys when the controller is embedded). Bad values -> ConfigError. base_dir: the conf
+    file's folder, against which a relative controllerStorePath is resolved."""
     values, warnings = field_values(props, CONF_KEYS, _FIELD_TYPES, source, ignored=IGNORED_KEYS | foreign_keys,
-                                    path_fields=frozenset({"controller_store_path"}))
+                                    path_fields=frozenset({"controller_store_path"}), base_dir=base_dir)
     config = replace(base or ControllerConfig(), **values)
     if validate:
         config.validate()
@@ -153,7 +154,7 @@ def controller_config_from_properties(
 def load_controller_conf(path: str | os.PathLike[str]) -> tuple[ControllerConfig, list[str]]:
     """Read controller.conf; (config, warnings for unknown keys). Unreadable file or bad values -> ConfigError."""
     return controller_config_from_properties(read_properties_file(str(path), "controller"),
-                                             source=Path(path).name)
+                                             source=Path(path).name, base_dir=conf_dir(path))
 
 
 def key_of(field_name: str) -> str:

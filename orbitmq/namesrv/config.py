@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orbitmq.base.errors import ConfigError
-from orbitmq.base.properties import field_values, read_properties_file
+from orbitmq.base.properties import conf_dir, field_values, read_properties_file
 
 
 def _default_kv_config_path() -> str:
@@ -92,10 +92,12 @@ _FIELD_TYPES: dict[str, Any] = {f.name: f.type for f in fields(NamesrvConfig)}
 
 
 def namesrv_config_from_properties(
-    props: list[tuple[int, str, str]], source: str = "namesrv.conf", base: NamesrvConfig | None = None
+    props: list[tuple[int, str, str]], source: str = "namesrv.conf", base: NamesrvConfig | None = None,
+    base_dir: str | None = None,
 ) -> tuple[NamesrvConfig, list[str]]:
+    """base_dir: the conf file's folder, against which a relative kvConfigPath is resolved."""
     values, warnings = field_values(props, CONF_KEYS, _FIELD_TYPES, source, ignored=_IGNORED_KEYS,
-                                    path_fields=frozenset({"kv_config_path"}))
+                                    path_fields=frozenset({"kv_config_path"}), base_dir=base_dir)
     config = replace(base or NamesrvConfig(), **values)
     config.validate()
     return config, warnings
@@ -104,4 +106,4 @@ def namesrv_config_from_properties(
 def load_namesrv_conf(path: str | os.PathLike[str]) -> tuple[NamesrvConfig, list[str]]:
     """Read a RocketMQ namesrv.conf; returns (config, warnings for unknown keys). Bad values → ConfigError."""
     return namesrv_config_from_properties(read_properties_file(str(path), "name server"),
-                                          source=Path(path).name)
+                                          source=Path(path).name, base_dir=conf_dir(path))

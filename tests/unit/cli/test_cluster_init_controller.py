@@ -39,7 +39,8 @@ def test_controller_files_are_one_raft_group_the_reader_accepts(tmp_path: Path) 
     assert {c.controller_dleger_peers for c in cfgs} == {
         "n0-127.0.0.1:19878;n1-127.0.0.1:19879;n2-127.0.0.1:19880"}
     assert [(c.controller_dleger_self_id, c.port) for c in cfgs] == [("n0", 19878), ("n1", 19879), ("n2", 19880)]
-    assert {c.controller_store_path for c in cfgs} == {"store"}  # relative: the runner starts it in its folder
+    # relative in the file, resolved against the file's folder (wherever the member is started from)
+    assert [c.controller_store_path for c in cfgs] == [str(d / f"controller-n{i}" / "store") for i in range(3)]
 
 
 def test_name_server_file(tmp_path: Path) -> None:
