@@ -18,6 +18,7 @@ from typing import Any
 
 from orbitmq.base.clock import REAL_CLOCK, Clock
 from orbitmq.base.errors import ConfigError
+from orbitmq.base.prom import prom_enabled
 from orbitmq.broker.client_registry import ClientRegistry
 from orbitmq.broker.config import BrokerConfig
 from orbitmq.broker.context import BrokerContext
@@ -30,6 +31,7 @@ from orbitmq.broker.handlers.guard import guarded
 from orbitmq.broker.metadata.groups import SubscriptionGroupManager
 from orbitmq.broker.metadata.offsets import ConsumerOffsetManager
 from orbitmq.broker.metadata.topics import TopicConfigManager
+from orbitmq.broker.metrics import BrokerMetrics
 from orbitmq.broker.registration import BrokerRegistration
 from orbitmq.broker.router import Router
 from orbitmq.broker.services import BrokerService, ServiceEnv, create_services
@@ -88,6 +90,7 @@ class Broker:
         self.notifier: heartbeat_handlers.ConsumerIdsNotifier | None = None
         self.task_failures: dict[str, int] = {}
         self._routers: list[Router] = []
+        self.metrics: BrokerMetrics | None = None  # metricsExporterType=PROM (broker/metrics.py)
         self.services: list[BrokerService] = []
         self.service_env: ServiceEnv | None = None
         self._client: RemotingClient | None = None
@@ -160,6 +163,8 @@ class Broker:
             table.update(guarded({int(code): h for code, h in svc.handlers().items()}))  # names checked first
         main, vip = self._routers
         main.add(table)
+        if self.metrics is not None:  # scrapes read GET_BROKER_RUNTIME_INFO's table from its handler
+            self.metrics.runtime_handler = table.get(int(RequestCode.GET_BROKER_RUNTIME_INFO))
         vip.add({c: h for c, h in table.items() if c != RequestCode.PULL_MESSAGE})
         self.ctx = ctx
         return ctx
@@ -206,11 +211,15 @@ class Broker:
         self._routers = [Router({}), Router({})]
         for r in self._routers:
             r.accepting = False  # until the handlers are wired
+        handlers: list[Any] = list(self._routers)
+        if prom_enabled(cfg.metrics_exporter_type):
+            self.metrics = BrokerMetrics(cfg.metrics_prom_exporter_host or cfg.broker_ip1, cfg.metrics_prom_exporter_port)
+            handlers = [self.metrics.wrap(r) for r in self._routers]  # RPC latency per request/response code
         try:
-            self.server = RemotingServer(self._routers[0], "0.0.0.0", cfg.listen_port, name="broker",
+            self.server = RemotingServer(handlers[0], "0.0.0.0", cfg.listen_port, name="broker",
                                          on_close=self._on_connection_closed)
             await self.server.start()
-            self.vip_server = RemotingServer(self._routers[1], "0.0.0.0", cfg.vip_listen_port, name="broker-vip",
+            self.vip_server = RemotingServer(handlers[1], "0.0.0.0", cfg.vip_listen_port, name="broker-vip",
                                              on_close=self._on_connection_closed)
             await self.vip_server.start()
             if self.server.port != cfg.listen_port:  # port 0 (tests): the real port is known only now
@@ -221,6 +230,9 @@ class Broker:
             await store.start()
             for svc in self.services:
                 await svc.start()
+            if self.metrics is not None:  # last: a metrics port in use fails start-up with a one-line ConfigError
+                assert self.ctx is not None
+                await self.metrics.start(self.ctx)
         except BaseException:
             await self._abort_start()
             raise
@@ -321,6 +333,8 @@ class Broker:
         assert ctx is not None and self.store is not None
         for r in self._routers:
             r.accepting = False
+        if self.metrics is not None:
+            await self.metrics.stop()
         if self.pull is not None and self.pull.long_poll is not None:
             answered = self.pull.long_poll.answer_all()
             if answered:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from orbitmq.base.errors import ConfigError
+from orbitmq.base.prom import check_exporter_config
 
 _ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
@@ -138,6 +139,10 @@ class BrokerConfig:
     store_path_broker_identity: str = _opt("")  # "" -> <storePathRootDir>/brokerIdentity (+ "-temp")
     async_learner: bool = _opt(False)  # replicate but never join the SyncStateSet
     sync_from_last_file: bool = _opt(False)  # an empty replica starts from the master's last CommitLog file
+    # Prometheus metrics (broker/metrics.py; docs/operations.md): PROM serves /metrics, DISABLE (default) does not
+    metrics_exporter_type: str = _opt("DISABLE", important=True)
+    metrics_prom_exporter_host: str = _opt("")  # "" -> brokerIP1, as RocketMQ
+    metrics_prom_exporter_port: int = _opt(5557)
 
     def __post_init__(self) -> None:
         if not self.broker_ip1:
@@ -220,6 +225,7 @@ class BrokerConfig:
                               "(name servers expire a broker after 120 s)")
         if self.total_replicas < 0:
             raise ConfigError(f"totalReplicas: {self.total_replicas} must be >= 0 (0 = derive it)")
+        check_exporter_config(self.metrics_exporter_type, self.metrics_prom_exporter_port)
         if len(self.broker_name) > 127 or not self.broker_name:
             raise ConfigError(f"brokerName: {self.broker_name!r} must be 1..127 characters")
 

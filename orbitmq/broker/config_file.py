@@ -106,6 +106,9 @@ BROKER_KEYS: dict[str, str] = {
     "leaseRenewIntervalMillis": "lease_renew_interval_millis",
     "leaseMaxDbErrors": "lease_max_db_errors",
     "syncFromLastFile": "sync_from_last_file",
+    "metricsExporterType": "metrics_exporter_type",
+    "metricsPromExporterHost": "metrics_prom_exporter_host",
+    "metricsPromExporterPort": "metrics_prom_exporter_port",
 }
 
 # broker.conf key -> StoreConfig field

@@ -22,6 +22,7 @@ from orbitmq.protocol.ext import HeaderError
 if TYPE_CHECKING:
     from orbitmq.broker.controller_mode.replicas_manager import ReplicasManager
 
+SLAVE_ADDR_KEY, SLAVE_ID_KEY, MASTER_ID_KEY = "orbitSlaveAddress", "orbitSlaveBrokerId", "orbitMasterBrokerId"
 LONG_MAX = (1 << 63) - 1
 
 
@@ -42,28 +43,23 @@ def runtime(rm: ReplicasManager) -> dict[str, str]:
     now = rm.clock.monotonic_ms()
     fence = rm.write_fence() or rm.read_fence()
     out = {
-        "controllerMode": "true",
         "controllerRole": rm.role,
         "brokerRole": rm.ctx.config.broker_role,
         "brokerId": str(rm.ctx.config.broker_id),
-        "controllerBrokerId": str(rm.broker_id if rm.broker_id is not None else -1),
-        "controllerLeader": rm.link.leader_addr or "",
         "masterEpoch": str(rm.master_epoch),
         "masterAddr": rm.master_addr or "",
         "syncStateSet": ",".join(map(str, sorted(rm.sync_state_set))),
         "syncStateSetEpoch": str(rm.sss_epoch),
-        "leaseRemainingMs": str(rm.lease.remaining_ms(now) if rm.lease.valid(now, rm.master_epoch) else 0),
+        "leaseRemainingMs": str(rm.source.lease_remaining_ms(now, rm.master_epoch)),
         "haConfirmOffset": str(rm.ha.confirm_offset),
         "fenced": "true" if fence is not None else "false",
         "fenceReason": fence[1] if fence is not None else "",
         "roleChanges": str(rm.role_changes),
-        "electionsAsked": str(rm.elections_asked),
-        "leaseRenewals": str(rm.lease.renewals),
-        "leaseDrops": str(rm.lease.drops),
         "replicaMetadataSyncs": str(rm.metadata_syncs),
         "haServerAddr": rm.ctx.config.ha_server_addr,
         "controllerLastError": rm.last_error,
     }
+    out.update(rm.source.runtime())
     for k, v in (*rm.ha.status().items(), *rm.publisher.status().items()):
         out.setdefault(k, v)
     return out
@@ -83,10 +79,15 @@ def handlers(rm: ReplicasManager) -> dict[int, Callable[..., Any]]:
     def exchange_ha_info(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         cfg = ctx.config
         master = rm.role == "MASTER"
+        ext = cmd.ext_fields or {}
+        slave_addr, slave_id = ext.get(SLAVE_ADDR_KEY, ""), ext.get(SLAVE_ID_KEY, "")
+        if master and slave_addr and slave_id.isdigit():
+            rm.source.peer_announced(int(slave_id), slave_addr)
         return cmd.response(ext_fields={
             "masterHaAddress": cfg.ha_server_addr if master else "",
             "masterAddress": cfg.broker_addr if master else (rm.master_addr or ""),
             "masterFlushOffset": str(ctx.store.flushed_offset) if master else "0",
+            MASTER_ID_KEY: str(rm.broker_id if rm.broker_id is not None else -1),
         })
 
     def epoch_cache(conn: Any, cmd: RemotingCommand) -> RemotingCommand:

@@ -321,6 +321,6 @@ def _version_text(v: DataVersion) -> str:
 
 
 def create(ctx: BrokerContext, env: ServiceEnv) -> HAService | None:
-    if ctx.config.enable_controller_mode:  # controller mode: controller_mode/replicas_manager.py replicates
+    if ctx.config.dynamic_role:  # controller mode or lease election: controller_mode/replicas_manager.py replicates
         return None
     return HAService(ctx, env)

@@ -92,13 +92,13 @@ class PopService:
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
     def handlers(self) -> dict[int, Any]:
-        if self.replica and not self.ctx.config.enable_controller_mode:
+        if self.replica and not self.ctx.config.dynamic_role:
             return {}
         table = {int(RequestCode.POP_MESSAGE): self.handle_pop, int(RequestCode.ACK_MESSAGE): self.handle_ack,
                  int(RequestCode.BATCH_ACK_MESSAGE): self.handle_batch_ack,
                  int(RequestCode.CHANGE_MESSAGE_INVISIBLETIME): self.handle_change_invisible_time,
                  int(RequestCode.NOTIFICATION): self.handle_notification}
-        if self.ctx.config.enable_controller_mode:  # the role changes at runtime: refuse while not the master
+        if self.ctx.config.dynamic_role:  # the role changes at runtime: refuse while not the master
             return {code: self._master_only(h) for code, h in table.items()}
         return table
 
@@ -602,6 +602,6 @@ class PopService:
 
 def create(ctx: BrokerContext, env: ServiceEnv) -> PopService | None:
     cfg = ctx.config
-    if cfg.is_slave and not cfg.enable_slave_acting_master and not cfg.enable_controller_mode:  # a replica
+    if cfg.is_slave and not cfg.enable_slave_acting_master and not cfg.dynamic_role:  # a replica
         return None
     return PopService(ctx, env)

@@ -27,7 +27,7 @@ def test_a_new_master_adds_the_topics_its_store_holds_data_of(tmp_path: Path) ->
     assert ctx.topics.get("Lost") is None
 
     async def scenario() -> None:
-        await rm._heartbeat_all()
+        await rm.source.heartbeat_all()  # type: ignore[attr-defined]
         await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "register")
         await rm.stop()
 

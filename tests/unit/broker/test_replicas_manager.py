@@ -103,7 +103,7 @@ def make(tmp_path: Path, **cfg_kw: Any) -> tuple[ReplicasManager, BrokerContext,
     clock = Clock()
     rm = ReplicasManager(ctx, ServiceEnv(clock, FakeClient(), config_dir, scfg))  # type: ignore[arg-type]
     link = FakeLink()
-    rm.link = link  # type: ignore[assignment]
+    rm.source.link = link  # type: ignore[attr-defined]
     rm.broker_id = 1
     rm.ha.broker_id = 1
     return rm, ctx, clock, link
@@ -121,7 +121,7 @@ def test_fenced_until_the_controller_names_the_role(tmp_path: Path) -> None:
     assert ctx.read_fence() is not None
 
     async def scenario() -> None:
-        await rm._heartbeat_all()
+        await rm.source.heartbeat_all()  # type: ignore[attr-defined]
         await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "register")
         try:
             assert rm.role == MASTER and not ctx.isolated
@@ -136,11 +136,12 @@ def test_fenced_until_the_controller_names_the_role(tmp_path: Path) -> None:
             assert code == ResponseCode.SERVICE_NOT_AVAILABLE and "no write lease" in remark
             await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "poll")
             # the last heartbeat to the leader left 2 s ago: it allows only heartbeat + 3000 - 500
-            assert ctx.write_fence() is None and rm.lease.remaining_ms(clock.monotonic_ms()) == 500
-            await rm._heartbeat_all()
+            assert ctx.write_fence() is None and rm.source.lease.remaining_ms(clock.monotonic_ms()) == 500
+            await rm.source.heartbeat_all()  # type: ignore[attr-defined]
             await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "poll")
             assert ctx.write_fence() is None
-            rm._on_leader_lost()  # the controller elects at once on a closed connection: so do we stop
+            # the controller elects at once on a closed connection: so do we stop
+            rm.source._on_leader_lost()  # type: ignore[attr-defined]
             assert ctx.write_fence() is not None
             await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "poll")
             assert ctx.write_fence() is None
@@ -158,7 +159,7 @@ def test_sync_state_set_updates_and_min_in_sync_replicas(tmp_path: Path) -> None
 
     async def scenario() -> None:
         me = "127.0.0.1:10911"
-        await rm._heartbeat_all()
+        await rm.source.heartbeat_all()  # type: ignore[attr-defined]
         await rm.apply(RoleInfo(1, me, 3, frozenset({1}), 4), clock.monotonic_ms(), "poll")
         try:
             assert rm.role == MASTER
@@ -178,7 +179,7 @@ def test_a_higher_epoch_without_master_steps_down_and_asks_for_an_election(tmp_p
     rm, ctx, clock, link = make(tmp_path)
 
     async def scenario() -> None:
-        await rm._heartbeat_all()
+        await rm.source.heartbeat_all()  # type: ignore[attr-defined]
         await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "register")
         try:
             ctx.store.put_messages_nowait([MessageInner("T", 0, b"x", {})])
@@ -186,7 +187,7 @@ def test_a_higher_epoch_without_master_steps_down_and_asks_for_an_election(tmp_p
             assert RequestCode.CONTROLLER_ELECT_MASTER in link.calls
             assert rm.role == FENCED and ctx.config.is_slave and rm.ha.role == "NONE"
             assert ctx.write_fence() is not None and rm.master_epoch == 1  # our epoch moves only with a new role
-            assert not rm.lease.valid(clock.monotonic_ms(), 1)
+            assert not rm.source.lease.valid(clock.monotonic_ms(), 1)
         finally:
             await rm.stop()
 
@@ -199,7 +200,7 @@ def test_runtime_fields(tmp_path: Path) -> None:
     rm, ctx, clock, _ = make(tmp_path)
 
     async def scenario() -> None:
-        await rm._heartbeat_all()
+        await rm.source.heartbeat_all()  # type: ignore[attr-defined]
         await rm.apply(RoleInfo(1, "127.0.0.1:10911", 7, frozenset({1}), 2), clock.monotonic_ms(), "register")
         try:
             info = runtime(rm)
@@ -222,11 +223,11 @@ def test_no_heartbeat_to_the_leader_no_lease(tmp_path: Path) -> None:
         await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "register")
         try:
             assert rm.role == MASTER and ctx.write_fence() is not None  # master, but nothing proves liveness
-            await rm._heartbeat_all()
+            await rm.source.heartbeat_all()  # type: ignore[attr-defined]
             clock.mono += 1000  # the poll leaves 1 s after the heartbeat
             await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1}), 1), clock.monotonic_ms(), "poll")
             # min(send + 3000 - 1000, heartbeat + 3000 - 500) = heartbeat + 2500 = send + 1500
-            assert rm.lease.remaining_ms(clock.monotonic_ms()) == 1500
+            assert rm.source.lease.remaining_ms(clock.monotonic_ms()) == 1500
         finally:
             await rm.stop()
 
@@ -238,7 +239,7 @@ def test_a_master_publishes_a_commit_only_once_every_member_acknowledged_it(tmp_
     client = rm.env.client
 
     async def scenario() -> None:
-        await rm._heartbeat_all()
+        await rm.source.heartbeat_all()  # type: ignore[attr-defined]
         await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1, 2, 3}), 1), clock.monotonic_ms(), "register")
         try:
             rm.member_addrs.update({2: "127.0.0.1:20911", 3: "127.0.0.1:30911"})
@@ -272,7 +273,7 @@ def test_a_client_commit_is_answered_once_published_and_a_slave_stores_only_its_
     ext = {"consumerGroup": "G", "topic": "T", "queueId": "0", "commitOffset": "7"}
 
     async def scenario() -> None:
-        await rm._heartbeat_all()
+        await rm.source.heartbeat_all()  # type: ignore[attr-defined]
         await rm.apply(RoleInfo(1, "127.0.0.1:10911", 1, frozenset({1, 2}), 1), clock.monotonic_ms(), "register")
         try:
             rm.member_addrs[2] = "127.0.0.1:20911"
