@@ -143,6 +143,18 @@ class BrokerConfig:
     metrics_exporter_type: str = _opt("DISABLE", important=True)
     metrics_prom_exporter_host: str = _opt("")  # "" -> brokerIP1, as RocketMQ
     metrics_prom_exporter_port: int = _opt(5557)
+    # lease election (broker/lease_mode/; docs/design/lease-election.md): a lease row in a SQL database names the
+    # master of the group and its epoch; brokerRole/brokerId are ignored (exclusive with enableControllerMode)
+    enable_lease_election: bool = _opt(False, important=True)
+    lease_store_url: str = _opt("", important=True)  # postgresql://, mysql:// (MySQL/MariaDB) or sqlite:///path
+    lease_name: str = _opt("")  # "" -> <brokerClusterName>/<brokerName>
+    lease_ttl_millis: int = _opt(6000)
+    lease_renew_interval_millis: int = _opt(0)  # 0 -> a third of leaseTtlMillis
+    lease_max_db_errors: int = _opt(3)  # consecutive database errors before the elector goes OFFLINE
+    # Prometheus metrics (broker/metrics.py; docs/operations.md): PROM serves /metrics, DISABLE (default) does not
+    metrics_exporter_type: str = _opt("DISABLE", important=True)
+    metrics_prom_exporter_host: str = _opt("")  # "" -> brokerIP1, as RocketMQ
+    metrics_prom_exporter_port: int = _opt(5557)
 
     def __post_init__(self) -> None:
         if not self.broker_ip1:
@@ -175,6 +187,19 @@ class BrokerConfig:
         return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
 
     @property
+    def dynamic_role(self) -> bool:
+        """The role changes at runtime (controller mode or lease election: controller_mode/replicas_manager.py)."""
+        return self.enable_controller_mode or self.enable_lease_election
+
+    @property
+    def lease_name_or_default(self) -> str:
+        return self.lease_name or f"{self.broker_cluster_name}/{self.broker_name}"
+
+    @property
+    def lease_renew_interval_or_default(self) -> int:
+        return self.lease_renew_interval_millis or max(1, self.lease_ttl_millis // 3)
+
+    @property
     def controller_addrs(self) -> list[str]:
         return [a.strip() for a in self.controller_addr.split(";") if a.strip()]
 
@@ -182,7 +207,12 @@ class BrokerConfig:
         """Raise ConfigError with a one-line explanation for an inconsistent configuration."""
         if self.broker_role not in _ROLES:
             raise ConfigError(f"brokerRole: {self.broker_role!r} is not one of {', '.join(_ROLES)}")
-        if self.enable_controller_mode:
+        if self.enable_controller_mode and self.enable_lease_election:
+            raise ConfigError("enableControllerMode and enableLeaseElection cannot both be true: the role comes "
+                              "either from the controller or from the lease")
+        if self.enable_lease_election:
+            self._validate_lease_election()
+        elif self.enable_controller_mode:
             self._validate_controller_mode()
         else:
             if self.broker_id < 0:
@@ -252,6 +282,28 @@ class BrokerConfig:
             raise ConfigError(f"controllerHeartBeatTimeoutMills: {self.controller_heart_beat_timeout_mills} must be "
                               f"> 2 x brokerHeartbeatInterval ({self.broker_heartbeat_interval}): the master's write "
                               "lease is that difference")
+        if self.min_in_sync_replicas < 1:
+            raise ConfigError(f"minInSyncReplicas: {self.min_in_sync_replicas} must be >= 1")
+
+    def _validate_lease_election(self) -> None:
+        if self.enable_slave_acting_master:
+            raise ConfigError("enableLeaseElection and enableSlaveActingMaster cannot both be true (the lease elects "
+                              "masters; RIP-32 acting masters are for the classic mode)")
+        if not self.lease_store_url.strip():
+            raise ConfigError("leaseStoreUrl: enableLeaseElection=true needs postgresql://user:pass@host:port/db, "
+                              "mysql://user:pass@host:port/db or sqlite:///path")
+        if self.lease_ttl_millis <= 0:
+            raise ConfigError(f"leaseTtlMillis: {self.lease_ttl_millis} must be > 0")
+        if self.lease_renew_interval_millis < 0 or self.lease_renew_interval_or_default >= self.lease_ttl_millis:
+            raise ConfigError(f"leaseRenewIntervalMillis: {self.lease_renew_interval_millis} must be shorter than "
+                              f"leaseTtlMillis ({self.lease_ttl_millis}); 0 = a third of it")
+        if self.lease_max_db_errors < 1:
+            raise ConfigError(f"leaseMaxDbErrors: {self.lease_max_db_errors} must be >= 1")
+        for name, value in (("checkSyncStateSetPeriod", self.check_sync_state_set_period),
+                            ("haMaxTimeSlaveNotCatchup", self.ha_max_time_slave_not_catchup),
+                            ("syncBrokerMetadataPeriod", self.sync_broker_metadata_period)):
+            if value <= 0:
+                raise ConfigError(f"{name}: {value} must be > 0")
         if self.min_in_sync_replicas < 1:
             raise ConfigError(f"minInSyncReplicas: {self.min_in_sync_replicas} must be >= 1")
 

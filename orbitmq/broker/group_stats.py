@@ -3,6 +3,10 @@ read by GET_CONSUME_STATS as consumeTps.
 
 Hot path cost: one clock read, one dict lookup and an add per successful pull. Buckets roll lazily; a pair that
 saw no pull for a whole window is dropped on the next read, so the table tracks only active groups.
+
+Also plain totals read by the Prometheus collector at scrape time (broker/metrics.py): messages and bytes pulled
+per (group, topic) since start (`out`, never expired, at most MAX_PAIRS pairs), and the next offset of the last
+pull per (group, topic, queue) (`pulled`, at most MAX_QUEUES): in-flight = pulled - committed.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from orbitmq.base.clock import monotonic_ms
 
 WINDOW_S = 60
 MAX_PAIRS = 65_536  # bound: beyond it new pairs are not counted until idle ones expire
+MAX_QUEUES = 262_144  # bound of the pulled-offset table: further queues are not tracked
 
 
 class _Series:
@@ -38,18 +43,39 @@ class _Series:
 
 
 class GroupGetStats:
-    __slots__ = ("_series", "_clock")
+    __slots__ = ("_series", "_clock", "out", "pulled", "dropped")
 
     def __init__(self, clock_ms: Callable[[], int] = monotonic_ms) -> None:
         self._series: dict[tuple[str, str], _Series] = {}
         self._clock = clock_ms
+        self.out: dict[tuple[str, str], list[int]] = {}  # (group, topic) -> [messages, bytes] pulled since start
+        self.pulled: dict[tuple[str, str, int], int] = {}  # (group, topic, queue) -> next offset of the last pull
+        self.dropped = 0  # pulls not counted in `out` / `pulled` because a table was full
 
     def __len__(self) -> int:
         return len(self._series)
 
-    def on_get(self, group: str, topic: str, msg_count: int) -> None:
+    def on_pulled(self, group: str, topic: str, queue_id: int, next_offset: int) -> None:
+        """A pull of (group, topic, queue) answered up to `next_offset` (for in-flight messages)."""
+        key = (group, topic, queue_id)
+        pulled = self.pulled
+        if key in pulled or len(pulled) < MAX_QUEUES:
+            pulled[key] = next_offset
+        else:
+            self.dropped += 1
+
+    def on_get(self, group: str, topic: str, msg_count: int, size_bytes: int = 0) -> None:
         if msg_count <= 0:
             return
+        tot = self.out.get((group, topic))
+        if tot is None:
+            if len(self.out) >= MAX_PAIRS:
+                self.dropped += 1
+            else:
+                tot = self.out[(group, topic)] = [0, 0]
+        if tot is not None:
+            tot[0] += msg_count
+            tot[1] += size_bytes
         sec = self._clock() // 1000
         key = (group, topic)
         s = self._series.get(key)

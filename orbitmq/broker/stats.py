@@ -1,7 +1,8 @@
 """BrokerStats: put/get message and byte counters with per-second buckets for TPS (10 s / 60 s / 600 s).
 
 Hot path cost: one clock read and a few integer adds per send/pull. No background task: buckets roll lazily.
-Read by GET_BROKER_RUNTIME_INFO (runtime_info() uses the Java key names).
+Read by GET_BROKER_RUNTIME_INFO (runtime_info() uses the Java key names) and, at scrape time, by the Prometheus
+collector (broker/metrics.py): per-topic totals (topic_in) and limit counters (limits_hit) are plain ints here.
 """
 
 from __future__ import annotations
@@ -9,18 +10,25 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import date
+from typing import Any
 
 from orbitmq.base.clock import monotonic_ms
+from orbitmq.model.properties import Prop
 
 _WINDOW_S = 600
 _PUT_MSGS, _PUT_BYTES, _GET_MSGS, _GET_BYTES, _GET_FOUND, _GET_MISS = range(6)
 _NSERIES = 6
+MAX_TOPICS = 10_000  # per-topic put totals kept; puts to further topics count under OTHER_TOPIC
+OTHER_TOPIC = "__other__"
+# system topics a send hook moves a message to (metadata/topics.py, services/timer_wheel.py) -> RocketMQ message_type
+_REWRITTEN_TOPICS = {"RMQ_SYS_TRANS_HALF_TOPIC": "transaction", "SCHEDULE_TOPIC_XXXX": "delay",
+                     "rmq_sys_wheel_timer": "delay"}
 
 
 class BrokerStats:
     __slots__ = ("put_msgs_total", "put_bytes_total", "get_msgs_total", "get_bytes_total", "get_found_total",
                  "get_miss_total", "_buckets", "_sec", "_clock", "_ns", "_today", "_today_morning",
-                 "_yesterday_morning", "_today_fn", "counters")
+                 "_yesterday_morning", "_today_fn", "counters", "topic_in", "special_in", "limits_hit")
 
     def __init__(self, clock_ms: Callable[[], int] = monotonic_ms, today: Callable[[], date] = date.today) -> None:
         self.put_msgs_total = 0
@@ -30,6 +38,11 @@ class BrokerStats:
         self.get_found_total = 0  # pulls that returned messages
         self.get_miss_total = 0  # pulls that found nothing
         self.counters: dict[str, int] = {}  # feature counters shown as-is in runtime info (e.g. dedupHits)
+        # topic -> [messages, bytes] stored since start by sends (normal messages)
+        self.topic_in: dict[str, list[int]] = {}
+        # (real topic, "transaction" | "delay") -> [messages, bytes]: sends moved to a system topic by a hook
+        self.special_in: dict[tuple[str, str], list[int]] = {}
+        self.limits_hit: dict[str, int] = {}  # bound name -> times a request or a table hit it
         # _buckets[series][sec % WINDOW] = count in that second
         self._buckets = [[0] * _WINDOW_S for _ in range(_NSERIES)]
         self._clock = clock_ms
@@ -57,13 +70,46 @@ class BrokerStats:
                 self._today = d
         return sec % _WINDOW_S
 
-    def on_put(self, msg_count: int, size_bytes: int) -> None:
+    def on_put(self, msg_count: int, size_bytes: int, msg: Any = None) -> None:
+        """A stored put. `msg` (the first stored message, when the caller has it) gives the per-topic totals."""
         i = self._roll()
         self.put_msgs_total += msg_count
         self.put_bytes_total += size_bytes
         b = self._buckets
         b[_PUT_MSGS][i] += msg_count
         b[_PUT_BYTES][i] += size_bytes
+        if msg is not None:
+            t = self.topic_in.get(msg.topic)
+            if t is None:
+                t = self._new_topic(msg)
+            t[0] += msg_count
+            t[1] += size_bytes
+
+    def _new_topic(self, msg: Any) -> list[int]:
+        """The totals of msg's topic. A message the send hooks moved to a system topic (a transaction's half
+        message, a delayed or timer message) counts under its real topic and type, looked up on each such put."""
+        topic = msg.topic
+        mtype = _REWRITTEN_TOPICS.get(topic)
+        if mtype is not None:
+            real = msg.properties.get(Prop.REAL_TOPIC) or topic
+            key = (real, mtype)
+            t = self.special_in.get(key)
+            if t is None:
+                t = self.special_in[key] = [0, 0]
+            return t
+        table = self.topic_in
+        if len(table) >= MAX_TOPICS:
+            self.limit_hit("metricsTopics")
+            topic = OTHER_TOPIC
+            t = table.get(topic)
+            if t is not None:
+                return t
+        t = table[topic] = [0, 0]
+        return t
+
+    def limit_hit(self, name: str) -> None:
+        """Count a request or table that hit the bound `name` (exported as orbitmq_limits_hit_total)."""
+        self.limits_hit[name] = self.limits_hit.get(name, 0) + 1
 
     def on_get(self, msg_count: int, size_bytes: int) -> None:
         i = self._roll()

@@ -97,7 +97,9 @@ class PullProcessor:
         response = self._respond(conn, req, result, sgc, codes, topic, queue_id, queue_offset, sys_flag,
                                  suspend_timeout_ms, allow_suspend)
         if result.msg_count and response is not None and response.code == _OK:
-            self.ctx.group_stats.on_get(group, topic, result.msg_count)
+            gs = self.ctx.group_stats
+            gs.on_get(group, topic, result.msg_count, len(response.body or b""))
+            gs.on_pulled(group, topic, queue_id, result.next_begin_offset)
         if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not self.ctx.config.is_slave:
             self.ctx.offsets.commit(group, topic, queue_id, commit_offset)
             self.ctx.offset_committed(group, topic, queue_id, commit_offset)

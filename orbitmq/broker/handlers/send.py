@@ -191,7 +191,7 @@ class SendProcessor:
         if wait_end < 0:
             for hook in hooks:
                 hook.after_put(conn, req, msgs, result)
-            return self._response(req, result, queue_id)
+            return self._response(req, result, queue_id, msgs[0])
         for hook in hooks:  # stored, now waiting for a flush / slave: hooks that must know at once (dedup)
             appended = getattr(hook, "after_append", None)
             if appended is not None:
@@ -207,7 +207,7 @@ class SendProcessor:
         try:
             for hook in self.ctx.send_hooks:
                 hook.after_put(conn, req, msgs, result)
-            resp = self._response(req, result, queue_id)
+            resp = self._response(req, result, queue_id, msgs[0])
         except Exception as e:
             conn.reply_error(req, e)
             return
@@ -218,7 +218,7 @@ class SendProcessor:
         result = await self.ctx.store.wait_put_flushed(result, wait_end)
         for hook in self.ctx.send_hooks:
             hook.after_put(conn, req, msgs, result)
-        return self._response(req, result, queue_id)
+        return self._response(req, result, queue_id, msgs[0])
 
     # ----- shared checks (§3.1 steps 1-4) -----
     def _check_topic(self, conn: Any, ext: dict[str, str], topic: str, batch: bool) -> Any:
@@ -410,7 +410,8 @@ class SendProcessor:
         return msgs, queue_id
 
     # ----- response -----
-    def _response(self, req: RemotingCommand, result: PutResult, queue_id: int) -> RemotingCommand:
+    def _response(self, req: RemotingCommand, result: PutResult, queue_id: int,
+                  first: MessageInner | None = None) -> RemotingCommand:
         status = result.status
         if status is PutStatus.PUT_OK:  # the common answer: built in one step (same fields as below)
             cfg = self.ctx.config
@@ -427,7 +428,7 @@ class SendProcessor:
                                "queueOffset": str(result.queue_offset)}
             resp.body = None
             resp.serialize_type = req.serialize_type
-            self.ctx.stats.on_put(result.msg_count or 1, result.wrote_bytes)
+            self.ctx.stats.on_put(result.msg_count or 1, result.wrote_bytes, first)
             return resp
         code, remark = _PUT_CODES.get(status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR DEFAULT"))
         resp = req.response(code, remark)
@@ -436,7 +437,7 @@ class SendProcessor:
             ext["msgId"] = ",".join(result.msg_ids)
             ext["queueId"] = str(queue_id)
             ext["queueOffset"] = str(result.queue_offset)
-            self.ctx.stats.on_put(result.msg_count or 1, result.wrote_bytes)
+            self.ctx.stats.on_put(result.msg_count or 1, result.wrote_bytes, first)
         resp.ext_fields = ext
         return resp
 
