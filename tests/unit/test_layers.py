@@ -17,6 +17,7 @@ LAYER = {
     "remoting": 3,
     "replication": 4,
     "raft": 4,
+    "lease": 4,
     "broker": 5,
     "namesrv": 5,
     "controller": 5,
