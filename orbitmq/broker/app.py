@@ -46,7 +46,7 @@ CLIENT_SCAN_INTERVAL_MS = 10_000
 LONG_POLL_CHECK_INTERVAL_MS = 5_000
 
 
-HANDLER_MODULES = ("offsets", "query", "admin")  # besides send / pull / heartbeat / consumer imported above
+HANDLER_MODULES = ("offsets", "query", "admin", "admin_groups")  # besides send / pull / heartbeat / consumer imported above
 
 
 def _handler_modules() -> list[Any]:

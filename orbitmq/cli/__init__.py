@@ -38,6 +38,14 @@ class CliError(click.ClickException):
         click.echo(f"orbitmq: error: {self.format_message()}", err=True)
 
 
+def set_process_title(role: str, detail: str = "") -> None:
+    """Name this process in `ps`/`top` after its role and instance (`orbitmq broker broker-a/0 :10911`), so the
+    members of a local cluster can be told apart."""
+    import setproctitle
+
+    setproctitle.setproctitle(f"orbitmq {role} {detail}".rstrip())
+
+
 def install_uvloop() -> bool:
     """Use uvloop's event loop policy when uvloop is installed; returns whether it is in use."""
     try:

@@ -1,7 +1,9 @@
 """`orbitmq produce` and `orbitmq consume`: send and print messages with the OrbitMQ SDK (orbitmq.client).
 
 produce sends --body N times or one message per stdin line; consume prints messages as a push-consumer group
-member and stops after -n messages (or on Ctrl-C / --idle-timeout), committing exactly what it printed.
+member and stops after -c messages (or on Ctrl-C / --idle-timeout), committing exactly what it printed. -n is the
+name server, as in every command. Both first ask the name server for the topic's route (a few seconds at most),
+so an unreachable name server or an unknown topic is one line and exit 1 instead of a silent wait.
 """
 
 from __future__ import annotations
@@ -16,9 +18,15 @@ from typing import Any
 import click
 import orjson
 
-from orbitmq.cli import EXIT_FAILURE, CliError, run_async
-from orbitmq.cli.admin import DEFAULT_NAMESRV, code_name, fmt_ms
+from orbitmq.base.errors import OrbitMQError, RemotingError
+from orbitmq.cli import EXIT_FAILURE, CliError, one_line, run_async
+from orbitmq.cli.admin_common import code_name, fmt_ms, namesrv_option
+from orbitmq.client.errors import ResponseError
 from orbitmq.model import Message, MessageExt
+from orbitmq.protocol import ResponseCode
+
+PREFLIGHT_TIMEOUT_MS = 3000
+EXIT_INTERRUPTED = 130
 
 
 def response_error(exc: Exception) -> CliError:
@@ -28,6 +36,32 @@ def response_error(exc: Exception) -> CliError:
         remark = " ".join(str(getattr(exc, "remark", "")).split()) or "(no remark)"
         return CliError(f"{code_name(code)}: {remark}", EXIT_FAILURE)
     return CliError(" ".join(str(exc).split()) or type(exc).__name__, EXIT_FAILURE)
+
+
+async def preflight(namesrv: str, topic: str, need_route: bool) -> None:
+    """Ask the name servers for the topic's route within a few seconds: an unreachable name server (or, when
+    `need_route`, a topic without a route) raises the one-line CliError."""
+    from orbitmq.client import Admin
+
+    admin = Admin(namesrv, timeout_ms=PREFLIGHT_TIMEOUT_MS)
+    try:
+        await admin.start()
+        route = await admin.topic_route(topic)
+    except RemotingError as exc:
+        raise CliError(f"name server unreachable ({namesrv}): {one_line(exc)}", EXIT_FAILURE) from None
+    except ResponseError as exc:
+        if exc.code == ResponseCode.TOPIC_NOT_EXIST and not need_route:
+            return
+        if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+            raise CliError(f"no route for topic {topic} at name server {namesrv} (TOPIC_NOT_EXIST: create it "
+                           "with updateTopic)", EXIT_FAILURE) from None
+        raise response_error(exc) from None
+    except OrbitMQError as exc:
+        raise CliError(one_line(exc), EXIT_FAILURE) from None
+    finally:
+        await admin.close()
+    if need_route and not route.queue_datas:
+        raise CliError(f"topic {topic} has no queue in its route at name server {namesrv}", EXIT_FAILURE)
 
 
 def _parse_properties(items: tuple[str, ...]) -> dict[str, str]:
@@ -56,14 +90,13 @@ def _bodies(body: str | None, count: int) -> Any:
 @click.option("-t", "--topic", required=True)
 @click.option("--tag", default=None, help="message tag")
 @click.option("--key", "keys", default=None, help="message key(s), space separated")
-@click.option("-n", "--count", type=int, default=None,
+@click.option("-c", "--count", type=int, default=None,
               help="messages to send (with --body: default 1; from stdin: at most this many lines)")
 @click.option("--body", default=None, help="message body ('{i}' becomes the message index); default: stdin lines")
 @click.option("-p", "--property", "properties", multiple=True, help="user property KEY=VALUE (repeatable)")
 @click.option("--delay-level", type=int, default=0, help="delay level 1..18 (1s 5s 10s 30s 1m ...)")
 @click.option("-g", "--group", default="orbitmq-cli-producer", show_default=True, help="producer group")
-@click.option("--namesrv", "namesrv", envvar="NAMESRV_ADDR", default=DEFAULT_NAMESRV, show_default=True,
-              help="name server list (env NAMESRV_ADDR)")
+@namesrv_option
 @click.option("-q", "--quiet", is_flag=True, help="print only the summary line")
 @click.option("--json", "json_mode", is_flag=True, help="one JSON object per sent message")
 def produce_command(topic: str, tag: str | None, keys: str | None, count: int | None, body: str | None,
@@ -82,6 +115,7 @@ async def _produce(topic: str, tag: str | None, keys: str | None, count: int, bo
                    json_mode: bool) -> None:
     from orbitmq.client import Producer
 
+    await preflight(namesrv, topic, need_route=False)
     producer = Producer(group, namesrv=namesrv)
     sent = 0
     t0 = time.perf_counter()
@@ -104,8 +138,8 @@ async def _produce(topic: str, tag: str | None, keys: str | None, count: int, bo
                     "queueId": result.message_queue.queue_id, "queueOffset": result.queue_offset}).decode())
             elif not quiet:
                 mq = result.message_queue
-                click.echo(f"{result.status.value} msgId={result.msg_id} queue={mq.broker_name}/{mq.queue_id} "
-                           f"offset={result.queue_offset}")
+                click.echo(f"{result.status.value} msgId={result.msg_id} offsetMsgId={result.offset_msg_id} "
+                           f"queue={mq.broker_name}/{mq.queue_id} offset={result.queue_offset}")
     except (CliError, BrokenPipeError):
         raise
     except Exception as exc:  # noqa: BLE001 - SDK errors become the one-line error
@@ -140,13 +174,12 @@ def format_message(m: MessageExt, mode: str) -> str:
 @click.option("-t", "--topic", required=True)
 @click.option("-g", "--group", default=None, help="consumer group (default: a new group per run)")
 @click.option("-e", "--expression", default="*", show_default=True, help="tag expression, e.g. 'TagA || TagB'")
-@click.option("-n", "--count", type=int, default=0, help="stop after this many messages (0: until Ctrl-C)")
+@click.option("-c", "--count", type=int, default=0, help="stop after this many messages (0: until Ctrl-C)")
 @click.option("--from-beginning", is_flag=True,
               help="a group with no committed offset starts at the oldest message (else at the newest)")
 @click.option("--idle-timeout", type=float, default=0.0, help="give up after this many seconds without a message")
 @click.option("--broadcast", is_flag=True, help="BROADCASTING model (offsets kept locally)")
-@click.option("--namesrv", "namesrv", envvar="NAMESRV_ADDR", default=DEFAULT_NAMESRV, show_default=True,
-              help="name server list (env NAMESRV_ADDR)")
+@namesrv_option
 @click.option("--format", "fmt", type=click.Choice(["text", "body", "json"]), default="text", show_default=True,
               help="text: header + body; body: bodies only; json: one object per line")
 def consume_command(topic: str, group: str | None, expression: str, count: int, from_beginning: bool,
@@ -155,22 +188,27 @@ def consume_command(topic: str, group: str | None, expression: str, count: int, 
     group = group or f"orbitmq-cli-{os.getpid()}-{int(time.time())}"
     if sys.stderr.isatty():
         click.echo(f"consuming {topic} as group {group} (Ctrl-C to stop)", err=True)
-    got, closed = run_async(_consume(topic, group, expression, count, from_beginning, idle_timeout, broadcast, namesrv,
-                             fmt))
+    got, closed, why = run_async(_consume(topic, group, expression, count, from_beginning, idle_timeout, broadcast,
+                                          namesrv, fmt))
     if closed:
         raise BrokenPipeError
+    if why == "interrupted":
+        click.echo(f"interrupted after {got} message(s)" + (f" of {count}" if count else ""), err=True)
+        raise SystemExit(EXIT_INTERRUPTED)
     if count and got < count:
-        raise CliError(f"received {got} of {count} message(s) before the idle timeout", EXIT_FAILURE)
+        raise CliError(f"received {got} of {count} message(s) before the idle timeout ({idle_timeout:g} s without "
+                       "a message)", EXIT_FAILURE)
 
 
 async def _consume(topic: str, group: str, expression: str, count: int, from_beginning: bool,
-                   idle_timeout: float, broadcast: bool, namesrv: str, fmt: str) -> tuple[int, bool]:
+                   idle_timeout: float, broadcast: bool, namesrv: str, fmt: str) -> tuple[int, bool, str]:
+    """(messages printed, stdout closed, why it stopped: "count", "interrupted", "idle" or "closed")."""
     from orbitmq.client import ConsumeResult, PushConsumer
 
     loop = asyncio.get_running_loop()
     done = asyncio.Event()
     never = asyncio.Event()
-    state: dict[str, Any] = {"printed": 0, "last": time.monotonic(), "closed": False}
+    state: dict[str, Any] = {"printed": 0, "last": time.monotonic(), "closed": False, "why": "count"}
 
     async def listener(msgs: list[MessageExt]) -> ConsumeResult:
         for m in msgs:
@@ -196,8 +234,14 @@ async def _consume(topic: str, group: str, expression: str, count: int, from_beg
         consume_concurrency=1, consume_batch_size=1, listener_in_thread=False,
     )
     consumer.subscribe(topic, expression, listener)
+
+    def on_signal() -> None:
+        state["why"] = "interrupted"
+        done.set()
+
+    await preflight(namesrv, topic, need_route=True)
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, done.set)
+        loop.add_signal_handler(sig, on_signal)
     try:
         try:
             await consumer.start()
@@ -208,9 +252,10 @@ async def _consume(topic: str, group: str, expression: str, count: int, from_beg
                 await asyncio.wait_for(done.wait(), 0.5)
             except TimeoutError:
                 if idle_timeout and time.monotonic() - state["last"] > idle_timeout:
+                    state["why"] = "idle"
                     break
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         await consumer.shutdown()
-    return state["printed"], state["closed"]
+    return state["printed"], state["closed"], "closed" if state["closed"] else state["why"]

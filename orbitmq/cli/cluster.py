@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from orbitmq.cli import EXIT_FAILURE, EXIT_STARTUP, CliError
+from orbitmq.cli import EXIT_FAILURE, EXIT_STARTUP, CliError, set_process_title
 
 MASTER_ROLES = ("SYNC_MASTER", "ASYNC_MASTER")
 STOP_TIMEOUT_S = 15.0
@@ -176,6 +176,7 @@ def cluster_group(ctx: click.Context, directory: Path | None) -> None:
     def on_signal(_sig: int, _frame: object) -> None:
         stop.append(True)
 
+    set_process_title("cluster", str(directory.resolve()))
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     code = 0
     try:

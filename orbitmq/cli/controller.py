@@ -14,7 +14,7 @@ import click
 
 from orbitmq import __version__
 from orbitmq.base.errors import ConfigError
-from orbitmq.cli import EXIT_STARTUP, CliError, one_line, run_async, serve, startup_error
+from orbitmq.cli import EXIT_STARTUP, CliError, one_line, run_async, serve, set_process_title, startup_error
 from orbitmq.cli.broker import print_warnings
 
 
@@ -59,6 +59,7 @@ async def _run(cfg: Any) -> None:
         click.echo(f"OrbitMQ {__version__} controller (pid {os.getpid()})\n{controller_banner_line(cfg)}\n"
                    "Ready. SIGTERM or Ctrl-C to stop.")
 
+    set_process_title("controller", f"{cfg.controller_dleger_self_id} :{cfg.listen_port}")
     await serve([("controller", controller)], ready)
 
 

@@ -10,7 +10,7 @@ import click
 
 from orbitmq import __version__
 from orbitmq.base.errors import ConfigError
-from orbitmq.cli import EXIT_STARTUP, CliError, one_line, run_async, serve, startup_error
+from orbitmq.cli import EXIT_STARTUP, CliError, one_line, run_async, serve, set_process_title, startup_error
 from orbitmq.cli.broker import print_warnings
 from orbitmq.cli.controller import (
     attach_controller,
@@ -86,4 +86,5 @@ async def _run(cfg: Any, controller_cfg: Any = None) -> None:
                    + (f"{controller_banner_line(controller_cfg)}\n" if controller_cfg is not None else "")
                    + "Ready. SIGTERM or Ctrl-C to stop.")
 
+    set_process_title("namesrv", f":{cfg.listen_port}" + (" +controller" if controller_cfg is not None else ""))
     await serve(services, ready)

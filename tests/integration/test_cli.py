@@ -99,7 +99,7 @@ def test_topic_produce_consume_progress_query_reset_delete(standalone) -> None:
     wait_for_route("CliT", ns, 2)
     assert "CliT" in orjson.loads(cli("topicList", "--json", namesrv=ns).stdout)
 
-    sent = cli("produce", "-t", "CliT", "--tag", "TagA", "--key", "order-1", "--body", "hello {i}", "-n", "3",
+    sent = cli("produce", "-t", "CliT", "--tag", "TagA", "--key", "order-1", "--body", "hello {i}", "-c", "3",
                "--json", "--namesrv", ns)
     assert sent.returncode == 0, sent.stderr
     results = [orjson.loads(line) for line in sent.stdout.splitlines()]
@@ -119,7 +119,7 @@ def test_topic_produce_consume_progress_query_reset_delete(standalone) -> None:
                                namesrv=ns).stdout)
     assert by_uniq["body"] == "hello 2"
 
-    got = cli("consume", "-t", "CliT", "-g", "CliG", "--from-beginning", "-n", "4", "--format", "body",
+    got = cli("consume", "-t", "CliT", "-g", "CliG", "--from-beginning", "-c", "4", "--format", "body",
               "--idle-timeout", "15", "--namesrv", ns)
     assert got.returncode == 0, got.stderr
     assert len(got.stdout.splitlines()) == 4
@@ -176,7 +176,7 @@ def test_sigterm_flushes_and_messages_survive_restart(tmp_path: Path) -> None:
         assert cli("updateTopic", "-t", "Durable", "-b", f"127.0.0.1:{broker_port}", "-w", "1", "-r", "1",
                    namesrv=ns).returncode == 0
         wait_for_route("Durable", ns, 1)
-        sent = cli("produce", "-t", "Durable", "--body", "m{i}", "-n", "5", "-q", "--namesrv", ns)
+        sent = cli("produce", "-t", "Durable", "--body", "m{i}", "-c", "5", "-q", "--namesrv", ns)
         assert sent.returncode == 0, sent.stderr
         assert proc.terminate(20) == 0, proc.log_tail()
         assert "shutdown complete" in proc.log_path.read_text()

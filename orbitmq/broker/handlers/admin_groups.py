@@ -1,0 +1,63 @@
+"""Group-wide admin requests of mqadmin: CLONE_GROUP_OFFSET (cloneGroupOffset) and GET_BROKER_CONSUME_STATS
+(brokerConsumeStats: every group's ConsumeStats on this broker, built with the GET_CONSUME_STATS handler)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from orbitmq.broker.handlers import admin
+from orbitmq.broker.handlers.guard import guarded
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_bool, ext_str
+from orbitmq.protocol.bodies import ConsumeStats
+from orbitmq.protocol.bodies.consume_stats_list import ConsumeStatsList
+
+if TYPE_CHECKING:
+    from orbitmq.broker.context import BrokerContext
+
+Handler = Callable[[Any, RemotingCommand], RemotingCommand | None]
+
+
+def handlers(ctx: BrokerContext) -> dict[int, Handler]:
+    consume_stats = admin.handlers(ctx)[RequestCode.GET_CONSUME_STATS]
+
+    def clone_group_offset(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        if admin._is_slave(ctx):
+            return admin._error(cmd, admin.SLAVE_REMARK)
+        src = ext_str(cmd.ext_fields, "srcGroup")
+        dest = ext_str(cmd.ext_fields, "destGroup")
+        topic = ext_str(cmd.ext_fields, "topic", "")
+        offline = ext_bool(cmd.ext_fields, "offline", False)
+        if not src or not dest:
+            return admin._error(cmd, "srcGroup and destGroup are required", ResponseCode.INVALID_PARAMETER)
+        topics = [topic] if topic else sorted(ctx.offsets.topics_of_group(src))
+        online = ctx.clients.consumer_group(dest)
+        cloned = 0
+        for t in topics:
+            if ctx.topics.get(t) is None:
+                continue
+            if not offline and online is not None and online.subscriptions and t not in online.subscriptions:
+                continue  # Java: an online destination group only gets the topics it subscribes to
+            for qid, offset in sorted(ctx.offsets.query_all(src, t).items()):
+                ctx.offsets.commit(dest, t, qid, offset)
+                cloned += 1
+        return cmd.response(remark=f"{cloned} queue offset(s) cloned")
+
+    def get_broker_consume_stats(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        groups = sorted({key.partition("@")[2] for key in ctx.offsets.table()})
+        body = ConsumeStatsList(broker_addr=ctx.config.broker_addr)
+        for group in groups:
+            resp = consume_stats(conn, RemotingCommand.request(RequestCode.GET_CONSUME_STATS,
+                                                               {"consumerGroup": group}))
+            if resp is None or resp.code != ResponseCode.SUCCESS or not resp.body:
+                continue
+            stats = ConsumeStats.from_json(resp.body)
+            if stats.offset_table:
+                body.consume_stats_list.append({group: [stats]})
+                body.total_diff += stats.total_diff()
+        return cmd.response(body=body.to_json())
+
+    return guarded({
+        RequestCode.CLONE_GROUP_OFFSET: clone_group_offset,
+        RequestCode.GET_BROKER_CONSUME_STATS: get_broker_consume_stats,
+    })
