@@ -16,6 +16,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from orbitmq.acl.guard import AclGuard, resolve_acl_file
 from orbitmq.base.clock import REAL_CLOCK, Clock
 from orbitmq.base.errors import ConfigError
 from orbitmq.base.prom import prom_enabled
@@ -44,6 +45,7 @@ log = logging.getLogger("orbitmq.broker")
 
 CLIENT_SCAN_INTERVAL_MS = 10_000
 LONG_POLL_CHECK_INTERVAL_MS = 5_000
+ACL_RELOAD_INTERVAL_MS = 500
 
 
 HANDLER_MODULES = ("offsets", "query", "admin", "admin_groups")  # besides send / pull / heartbeat / consumer imported above
@@ -98,6 +100,7 @@ class Broker:
         self._started = False
         self._stopped = False
         self._offsets_write_lock = threading.Lock()  # periodic writer thread vs the final persist at stop
+        self.acl: AclGuard | None = None  # aclEnable=true: checks every request (Router.check)
 
     # ----- properties -----
     @property
@@ -207,10 +210,13 @@ class Broker:
             return
         self._started = True
         cfg = self.config
+        self.acl = AclGuard(resolve_acl_file(cfg.acl_file_path, cfg.rocketmq_home, os.environ.get("ROCKETMQ_HOME"))
+                            ) if cfg.acl_enable else None  # a bad plain_acl.yml: ConfigError before anything binds
         self.store = store = self._load_store()
         self._routers = [Router({}), Router({})]
         for r in self._routers:
             r.accepting = False  # until the handlers are wired
+            r.check = self.acl.check if self.acl is not None else None
         handlers: list[Any] = list(self._routers)
         if prom_enabled(cfg.metrics_exporter_type):
             self.metrics = BrokerMetrics(cfg.metrics_prom_exporter_host or cfg.broker_ip1, cfg.metrics_prom_exporter_port)
@@ -303,6 +309,10 @@ class Broker:
             tg.create_task(self._guard("long-poll checker"))
             for svc in self.services:
                 tg.create_task(self._guard(f"service {svc.name}"))
+            if self.acl is not None:  # plain_acl.yml re-read off the loop; applied when its bytes change
+                acl = self.acl
+                tg.create_task(self._every("acl reload", lambda: ACL_RELOAD_INTERVAL_MS,
+                                           lambda: asyncio.to_thread(acl.reload_if_changed)))
             tg.create_task(self._every("client channel scan", lambda: CLIENT_SCAN_INTERVAL_MS,
                                        ctx.clients.scan_expired))
             tg.create_task(self._every("consumer offset persist", lambda: self.config.flush_consumer_offset_interval,

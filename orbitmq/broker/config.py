@@ -94,6 +94,10 @@ class BrokerConfig:
     register_name_server_period: int = _opt(30000, hot=True)
     force_register: bool = _opt(True, hot=True)
     compressed_register: bool = _opt(False, hot=True)
+    # RocketMQ 4.x plain ACL (orbitmq/acl; docs/design/security.md)
+    acl_enable: bool = _opt(False, important=True)
+    acl_file_path: str = _opt("")  # "" -> <rocketmqHome>/conf/plain_acl.yml
+    rocketmq_home: str = _opt("")  # "" -> $ROCKETMQ_HOME (only used to find plain_acl.yml)
     # transactions (used by the transaction service when it lands)
     transaction_timeout: int = _opt(6000, hot=True)
     transaction_check_max: int = _opt(15, hot=True)

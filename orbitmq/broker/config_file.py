@@ -60,6 +60,9 @@ BROKER_KEYS: dict[str, str] = {
     "registerNameServerPeriod": "register_name_server_period",
     "forceRegister": "force_register",
     "compressedRegister": "compressed_register",
+    "aclEnable": "acl_enable",
+    "aclFilePath": "acl_file_path",
+    "rocketmqHome": "rocketmq_home",
     "transactionTimeOut": "transaction_timeout",
     "transactionCheckMax": "transaction_check_max",
     "transactionCheckInterval": "transaction_check_interval",
@@ -147,7 +150,7 @@ IGNORED_KEYS = frozenset({
     "serverPooledByteBufAllocatorEnable", "useEpollNativeSelector", "useReentrantLockWhenPutMessage",
     "transientStorePoolEnable", "warmMapedFileEnable", "osPageCacheBusyTimeOutMills", "sendThreadPoolQueueCapacity",
     "pullThreadPoolQueueCapacity", "waitTimeMillsInSendQueue", "waitTimeMillsInPullQueue", "fetchNamesrvAddrByAddressServer",
-    "rocketmqHome", "aclEnable", "enableDLegerCommitLog", "slaveReadEnableForDLeger",
+    "enableDLegerCommitLog", "slaveReadEnableForDLeger",
 })
 
 def _resolve_dir(path: str, base_dir: str | None) -> str:
@@ -228,6 +231,9 @@ def build_configs(
         store_kw["confirm_offset_mode"] = "flushed"
     if broker_kw.get("store_path_broker_identity"):
         broker_kw["store_path_broker_identity"] = _resolve_dir(broker_kw["store_path_broker_identity"], base_dir)
+    for name in ("acl_file_path", "rocketmq_home"):  # relative to broker.conf's directory, like the store paths
+        if broker_kw.get(name):
+            broker_kw[name] = _resolve_dir(broker_kw[name], base_dir)
     if broker_kw.get("enable_lease_election") and not broker_kw.get("enable_controller_mode"):
         for key, name in (("broker_role", "brokerRole"), ("broker_id", "brokerId")):
             if key in broker_kw:

@@ -1,11 +1,12 @@
 """Router: one dict lookup from request code to handler; unknown codes get REQUEST_CODE_NOT_SUPPORTED.
 
 While the broker is starting or stopping, requests are refused with SERVICE_NOT_AVAILABLE (clients retry elsewhere).
+An optional `check` (the ACL guard) runs before the handler and may answer instead of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from orbitmq.protocol import RemotingCommand, ResponseCode
@@ -14,11 +15,13 @@ _NOT_SUPPORTED = int(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
 
 
 class Router:
-    __slots__ = ("_table", "accepting")
+    __slots__ = ("_table", "accepting", "check")
 
     def __init__(self, table: Mapping[int, Any]) -> None:
         self._table: dict[int, Any] = {int(k): v for k, v in table.items()}
         self.accepting = True
+        # (conn, cmd) -> None (go on) or the response to send instead (ACL: NO_PERMISSION); None = no check
+        self.check: Callable[[Any, RemotingCommand], RemotingCommand | None] | None = None
 
     def __call__(self, conn: Any, cmd: RemotingCommand) -> Any:
         handler = self._table.get(cmd.code)
@@ -28,6 +31,10 @@ class Router:
             if not self.accepting:  # starting (handlers not wired yet) or stopping
                 return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "broker is starting or shutting down")
             return cmd.response(_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+        if self.check is not None:
+            refused = self.check(conn, cmd)
+            if refused is not None:
+                return None if cmd.is_oneway else refused
         return handler(conn, cmd)
 
     def add(self, table: Mapping[int, Any]) -> None:
@@ -37,7 +44,9 @@ class Router:
     def without(self, codes: Iterable[int]) -> Router:
         """A router with the same handlers except `codes` (the VIP channel has no PULL_MESSAGE)."""
         drop = {int(c) for c in codes}
-        return Router({c: h for c, h in self._table.items() if c not in drop})
+        router = Router({c: h for c, h in self._table.items() if c not in drop})
+        router.check = self.check
+        return router
 
     @property
     def codes(self) -> frozenset[int]:

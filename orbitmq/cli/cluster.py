@@ -193,8 +193,11 @@ def cluster_group(ctx: click.Context, directory: Path | None) -> None:
 
 @cluster_group.command("init")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--mode", type=click.Choice(["classic", "controller"]), default="classic", show_default=True,
-              help="classic: master + slave groups; controller: 3 RIP-44 controllers and controller-mode brokers")
+@click.option("--mode", type=click.Choice(["classic", "controller", "lease"]), default="classic",
+              show_default=True, help="classic: master + slave groups; controller: 3 RIP-44 controllers and "
+              "controller-mode brokers; lease: one two-node group elected by a lease in PostgreSQL")
+@click.option("--lease-url", default=None, help="lease mode: leaseStoreUrl (default: a local PostgreSQL database, "
+              "set up by the lease-db.sql written into DIR)")
 @click.option("--namesrv-port", default=9876, show_default=True, help="first name server port (classic: 2 of them)")
 @click.option("--broker-port", default=10911, show_default=True, help="first broker listenPort (then +10 each)")
 @click.option("--controller-port", default=9878, show_default=True, help="first controller port (controller mode: 3)")
@@ -205,12 +208,17 @@ def cluster_group(ctx: click.Context, directory: Path | None) -> None:
 @click.option("--replicas", default=3, show_default=True, help="brokers per group (controller mode)")
 @click.option("--commitlog-size", default=256 * 1024 * 1024, show_default=True, help="CommitLog segment bytes")
 def init_command(directory: Path, mode: str, namesrv_port: int, broker_port: int, controller_port: int, ip: str,
-                 role: str, groups: int, replicas: int, commitlog_size: int) -> None:
+                 role: str, groups: int, replicas: int, commitlog_size: int,
+                 lease_url: str | None = None) -> None:
     """Write a cluster folder: 2 name servers and GROUPS master + slave groups, or (--mode controller) 3
     controllers, 1 name server and GROUPS groups of REPLICAS controller-mode brokers."""
     if groups < 1 or replicas < 1:
         raise click.BadParameter("--groups and --replicas must be >= 1")
-    if mode == "controller":
+    if mode == "lease":
+        from orbitmq.cli.cluster_lease import init_lease_cluster
+        paths = init_lease_cluster(directory, _write, namesrv_port=namesrv_port, broker_port=broker_port, ip=ip,
+                                   lease_url=lease_url, commitlog_size=commitlog_size)
+    elif mode == "controller":
         paths = init_controller_cluster(directory, namesrv_port=namesrv_port, broker_port=broker_port,
                                         controller_port=controller_port, ip=ip, groups=groups, replicas=replicas,
                                         commitlog_size=commitlog_size)

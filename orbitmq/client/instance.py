@@ -28,6 +28,7 @@ from orbitmq.client.route_cache import PublishInfo, RouteCache, RouteInfo
 from orbitmq.client.tasks import TaskSet, run_periodic
 from orbitmq.model import MessageQueue
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
+from orbitmq.protocol.acl_sign import SessionCredentials, sign_request
 from orbitmq.protocol.bodies import ConsumerData, HeartbeatData, ProducerData, ResetOffsetBody, TopicRouteData
 from orbitmq.remoting import Connection, RemotingClient
 
@@ -75,6 +76,16 @@ def local_ip() -> str:
     return "127.0.0.1"
 
 
+def session_credentials(access_key: str | None, secret_key: str | None,
+                        security_token: str | None = None) -> SessionCredentials | None:
+    """The credentials a client signs every request with (RocketMQ ACL), or None when neither key is given."""
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        raise ClientStateError("ACL credentials need both access_key and secret_key")
+    return SessionCredentials(access_key, secret_key, security_token)
+
+
 def split_namesrv(namesrv: str) -> list[str]:
     addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
     if not addrs:
@@ -83,15 +94,17 @@ def split_namesrv(namesrv: str) -> list[str]:
 
 
 class ClientInstance:
-    _registry: ClassVar[dict[tuple[int, str, str], ClientInstance]] = {}
+    _registry: ClassVar[dict[tuple[int, str, str, str], ClientInstance]] = {}
 
     heartbeat_interval_ms = 30_000
     route_interval_ms = 30_000
     route_watch = True  # ask name servers to push route changes (orbitWatch)
     route_push_debounce_ms = 50  # pushes for one topic within this window cause one refetch
 
-    def __init__(self, namesrv: str, instance_name: str | None = None, client_ip: str | None = None) -> None:
+    def __init__(self, namesrv: str, instance_name: str | None = None, client_ip: str | None = None,
+                 credentials: SessionCredentials | None = None) -> None:
         self.namesrv_addrs = split_namesrv(namesrv)
+        self.credentials = credentials  # set: every request is signed (RocketMQ ACL, protocol/acl_sign.py)
         self.client_ip = client_ip or local_ip()
         self.instance_name = instance_name or f"{os.getpid()}#{now_ms() * 1000 + next(_instance_seq)}"
         self.client_id = f"{self.client_ip}@{self.instance_name}"
@@ -100,7 +113,7 @@ class ClientInstance:
         self.producers: dict[str, ProducerHook | None] = {}
         self.consumers: dict[str, ConsumerHook] = {}
         self.tasks = TaskSet(f"client {self.client_id}")
-        self._key: tuple[int, str, str] | None = None
+        self._key: tuple[int, str, str, str] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._refs = 0
         self._ns_index = random.randrange(len(self.namesrv_addrs))
@@ -111,13 +124,16 @@ class ClientInstance:
 
     # ---- lifecycle --------------------------------------------------------------------------------------------
     @classmethod
-    async def acquire(cls, namesrv: str, instance_name: str | None = None) -> ClientInstance:
-        """The shared instance for this loop + name servers + instance name (created and started on first use)."""
+    async def acquire(cls, namesrv: str, instance_name: str | None = None,
+                      credentials: SessionCredentials | None = None) -> ClientInstance:
+        """The shared instance for this loop + name servers + instance name + access key (created and started on
+        first use); `credentials`: sign every request (clients with other keys get their own instance)."""
         loop = asyncio.get_running_loop()
-        key = (id(loop), ";".join(sorted(split_namesrv(namesrv))), instance_name or "")
+        key = (id(loop), ";".join(sorted(split_namesrv(namesrv))), instance_name or "",
+               credentials.access_key if credentials is not None else "")
         inst = cls._registry.get(key)
-        if inst is None or inst._loop is not loop:  # a dead loop's id may be reused
-            inst = cls(namesrv, instance_name)
+        if inst is None or inst._loop is not loop or inst.credentials != credentials:  # dead loop's id reused?
+            inst = cls(namesrv, instance_name, credentials=credentials)
             inst._key = key
             inst._loop = loop
             cls._registry[key] = inst
@@ -144,11 +160,17 @@ class ClientInstance:
         self._started = False
 
     # ---- requests ---------------------------------------------------------------------------------------------
+    def sign(self, cmd: RemotingCommand) -> RemotingCommand:
+        """Add AccessKey/Signature when this instance has credentials (else `cmd` unchanged)."""
+        if self.credentials is not None:
+            sign_request(cmd, self.credentials)
+        return cmd
+
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000) -> RemotingCommand:
-        return await self.remoting.invoke(addr, cmd, timeout_ms)
+        return await self.remoting.invoke(addr, self.sign(cmd), timeout_ms)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
-        await self.remoting.invoke_oneway(addr, cmd)
+        await self.remoting.invoke_oneway(addr, self.sign(cmd))
 
     async def invoke_namesrv(self, cmd_factory: Any, timeout_ms: int = 3000) -> RemotingCommand:
         """Try each name server in turn (starting from the last good one); `cmd_factory()` builds a fresh request
@@ -158,7 +180,7 @@ class ClientInstance:
         for i in range(n):
             idx = (self._ns_index + i) % n
             try:
-                resp = await self.remoting.invoke(self.namesrv_addrs[idx], cmd_factory(), timeout_ms)
+                resp = await self.remoting.invoke(self.namesrv_addrs[idx], self.sign(cmd_factory()), timeout_ms)
                 self._ns_index = idx
                 return resp
             except RemotingError as e:

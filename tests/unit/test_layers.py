@@ -18,6 +18,7 @@ LAYER = {
     "replication": 4,
     "raft": 4,
     "lease": 4,
+    "acl": 4,
     "broker": 5,
     "namesrv": 5,
     "controller": 5,

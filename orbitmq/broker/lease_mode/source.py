@@ -47,15 +47,6 @@ def _one_line(e: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def _redact(url: str) -> str:
-    """The URL without its password (for messages)."""
-    scheme, sep, rest = url.partition("://")
-    creds, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in creds:
-        return url
-    return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
-
-
 class LeaseSource:
     kind = "lease"
 
@@ -80,22 +71,18 @@ class LeaseSource:
         cfg = rm.ctx.config
         rm.set_broker_id(lease_broker_id(self.id_path, cfg.broker_cluster_name, cfg.broker_name, cfg.broker_addr))
         self._wake = asyncio.Event()
-        from orbitmq.lease import Candidate, LeaseConfig, LeaseElector, open_store
+        from orbitmq.lease import Candidate, LeaseConfig, LeaseElector, LeaseStoreError, open_config_store
 
         url = cfg.lease_store_url.strip()
+        lcfg = LeaseConfig(url=url, name=self.lease_name, ttl_ms=cfg.lease_ttl_millis,
+                           renew_interval_ms=cfg.lease_renew_interval_or_default, max_db_errors=cfg.lease_max_db_errors)
+        me = Candidate(cfg.broker_addr, cfg.ha_server_addr, self.nonce)
         try:
-            store = open_store(url)
-            lcfg = LeaseConfig(url=url, name=self.lease_name, ttl_ms=cfg.lease_ttl_millis,
-                               renew_interval_ms=cfg.lease_renew_interval_or_default,
-                               max_db_errors=cfg.lease_max_db_errors)
-            self.elector = LeaseElector(store, lcfg, Candidate(cfg.broker_addr, cfg.ha_server_addr, self.nonce),
-                                        clock=self.clock)
+            self.elector = LeaseElector(open_config_store(lcfg), lcfg, me, clock=self.clock.monotonic_ms)
+            self.elector.subscribe(self._on_view)  # before start: the first view is delivered too
             await self.elector.start()
-        except (ConfigError, asyncio.CancelledError):
-            raise
-        except Exception as e:  # noqa: BLE001 - any driver error at start-up is a settings problem: one line
-            raise ConfigError(f"leaseStoreUrl {_redact(url)}: {_one_line(e)}") from None
-        self.elector.subscribe(self._on_view)
+        except LeaseStoreError as e:  # wrong password, missing database, unreachable: one line, exit 2
+            raise ConfigError(f"lease election cannot start: {_one_line(e)}") from None
         log.info("lease election: %s as candidate %s (replica id %s, nonce %s)", self.lease_name, cfg.broker_addr,
                  rm.broker_id, self.nonce)
 

@@ -1,0 +1,160 @@
+"""ACL end to end with our SDK: a standalone broker with aclEnable=true and a plain_acl.yml (issue 12 item 3).
+
+Signed requests with the right secret and permission work (send, consume, admin); a wrong secret, a missing
+signature or a topic without PUB get NO_PERMISSION and nothing is stored; a changed file applies while the broker
+runs; a broken file is refused at start-up (exit 2, one line) and ignored (last good kept) at runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from orbitmq.client import ConsumeResult, Producer, PushConsumer
+from orbitmq.client.errors import NoPermissionError
+from orbitmq.client.instance import ClientInstance
+from orbitmq.model import Message
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.testing.acl import ADMIN, APP, stored_count, write_plain_acl
+from orbitmq.testing.procs import REPO_ROOT, Standalone, free_broker_port, free_port, write_standalone_conf
+
+pytestmark = pytest.mark.integration
+
+
+def _producer(s: Standalone, group: str, ak: str | None, sk: str | None) -> Producer:
+    # retry_times=0: a refusal is final here (the SDK would retry another broker; there is none)
+    return Producer(group, s.namesrv_addr, access_key=ak, secret_key=sk, retry_times=0, send_timeout_ms=5000)
+
+
+async def _refused(p: Producer, topic: str) -> str:
+    with pytest.raises(NoPermissionError) as ei:
+        await p.send(Message(topic, b"must not be stored"))
+    return str(ei.value)
+
+
+async def _admin_request(s: Standalone, creds, code: int, ext: dict[str, str]) -> RemotingCommand:
+    inst = await ClientInstance.acquire(s.namesrv_addr, f"acl-admin-{creds.access_key}", creds)
+    try:
+        return await inst.invoke(s.broker_addr, RemotingCommand.request(code, ext), 5000)
+    finally:
+        await inst.release()
+
+
+@pytest.fixture
+def acl_standalone(standalone_factory: Callable[..., Standalone], tmp_path: Path) -> tuple[Standalone, Path]:
+    (tmp_path / "conf").mkdir()
+    acl = write_plain_acl(tmp_path / "conf" / "plain_acl.yml")  # the default place: <rocketmqHome>/conf/
+    return standalone_factory(brokerIP1="127.0.0.1", aclEnable="true", rocketmqHome=str(tmp_path)), acl
+
+
+def test_sdk_with_credentials_sends_and_consumes_and_is_refused_otherwise(acl_standalone) -> None:
+    s, _ = acl_standalone
+
+    async def run() -> None:
+        good = _producer(s, "PG_acl", APP.access_key, APP.secret_key)
+        wrong = _producer(s, "PG_acl_wrong", APP.access_key, "not-the-secret")
+        unsigned = _producer(s, "PG_acl_unsigned", None, None)
+        for p in (good, wrong, unsigned):
+            await p.start()
+        try:
+            for i in range(5):
+                r = await good.send(Message("TopicAcl", f"acl-{i}".encode()))
+                assert r.status.name == "SEND_OK"
+            assert "Check signature failed for accessKey=appUser1" in await _refused(wrong, "TopicAcl")
+            assert "No accessKey" in await _refused(unsigned, "TopicAcl")
+            assert "No default permission for topic TopicOther" in await _refused(good, "TopicOther")
+            assert "No permission for topic TopicSubOnly" in await _refused(good, "TopicSubOnly")
+        finally:
+            for p in (good, wrong, unsigned):
+                await p.shutdown()
+        assert await stored_count(s.namesrv_addr, s.broker_addr, "TopicAcl") == 5
+        for topic in ("TopicOther", "TopicSubOnly"):
+            assert await stored_count(s.namesrv_addr, s.broker_addr, topic) == 0
+
+        got: list[bytes] = []
+        done = asyncio.Event()
+
+        def listener(msgs):
+            got.extend(m.body for m in msgs)
+            if len(got) >= 5:
+                done.set()
+            return ConsumeResult.SUCCESS
+
+        c = PushConsumer("CG_acl", s.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                         access_key=APP.access_key, secret_key=APP.secret_key)
+        c.subscribe("TopicAcl", "*", listener)
+        await c.start()
+        try:
+            await asyncio.wait_for(done.wait(), 40)
+        finally:
+            await c.shutdown()
+        assert sorted(got) == [f"acl-{i}".encode() for i in range(5)]
+
+        # admin-only requests: refused for the application account, done for the admin account
+        create = {"topic": "TopicByAdmin", "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4",
+                  "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}
+        resp = await _admin_request(s, APP, RequestCode.UPDATE_AND_CREATE_TOPIC, create)
+        assert resp.code == ResponseCode.NO_PERMISSION and "Need admin permission" in (resp.remark or "")
+        resp = await _admin_request(s, APP, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TopicAcl"})
+        assert resp.code == ResponseCode.NO_PERMISSION
+        resp = await _admin_request(s, ADMIN, RequestCode.UPDATE_AND_CREATE_TOPIC, create)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+    asyncio.run(run())
+
+
+def test_changed_acl_file_applies_and_a_broken_one_is_ignored(acl_standalone) -> None:
+    s, acl = acl_standalone
+
+    async def send_until(p: Producer, topic: str, allowed: bool, timeout_s: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                await p.send(Message(topic, b"reload"))
+                ok = True
+            except NoPermissionError:
+                ok = False
+            if ok == allowed:
+                return
+            assert time.monotonic() < deadline, f"send to {topic} still {'refused' if allowed else 'accepted'}"
+            await asyncio.sleep(0.1)
+
+    async def run() -> None:
+        p = _producer(s, "PG_reload", APP.access_key, APP.secret_key)
+        await p.start()
+        try:
+            await _refused(p, "TopicLater")
+            write_plain_acl(acl, "TopicLater=PUB")
+            await send_until(p, "TopicLater", allowed=True)
+            acl.write_text("accounts: [\n  - {accessKey: broken", encoding="utf-8")
+            deadline = time.monotonic() + 20
+            while "keeping the last good ACL configuration" not in s.log_path.read_text():
+                assert time.monotonic() < deadline, "the broken ACL file was not noticed"
+                await asyncio.sleep(0.1)
+            await p.send(Message("TopicLater", b"still allowed"))  # the last good configuration stays
+            write_plain_acl(acl)  # TopicLater removed again
+            await send_until(p, "TopicLater", allowed=False)
+        finally:
+            await p.shutdown()
+
+    asyncio.run(run())
+
+
+def test_start_up_with_a_bad_acl_file_fails_with_one_line(tmp_path: Path) -> None:
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text("accounts:\n  - accessKey: RocketMQ\n    secretKey: 123\n", encoding="utf-8")
+    conf = write_standalone_conf(tmp_path / "s", free_port(), free_broker_port(), aclEnable="true",
+                                 aclFilePath=str(acl))
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    res = subprocess.run([sys.executable, "-m", "orbitmq.cli.main", "standalone", "-c", str(conf)],
+                         capture_output=True, text=True, env=env, timeout=60, cwd=str(REPO_ROOT))
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    errors = [line for line in res.stderr.splitlines() if line.startswith("orbitmq: error: ")]
+    assert len(errors) == 1 and "longer than 6" in errors[0] and "Traceback" not in res.stderr, res.stderr
