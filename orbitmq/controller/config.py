@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from orbitmq.base.errors import ConfigError
+from orbitmq.base.prom import check_exporter_config
 from orbitmq.base.properties import conf_dir, field_values, read_properties_file
 from orbitmq.raft import parse_peers
 
@@ -40,6 +41,10 @@ class ControllerConfig:
     raft_tick_ms: int = 100
     raft_election_ticks: int = 10
     raft_snapshot_every: int = 10_000   # OrbitMQ-only: snapshot the state every N applied entries
+    # Prometheus metrics (controller/metrics.py; docs/operations.md): PROM serves /metrics, DISABLE does not
+    metrics_exporter_type: str = "DISABLE"
+    metrics_prom_exporter_host: str = ""  # "" -> listenHost
+    metrics_prom_exporter_port: int = 5557
 
     @property
     def peers(self) -> dict[str, str]:
@@ -74,6 +79,7 @@ class ControllerConfig:
             raise ConfigError("controller: electMasterMaxRetryCount must be >= 1")
         if self.raft_election_ticks < 4:
             raise ConfigError("controller: raftElectionTicks must be >= 4")
+        check_exporter_config(self.metrics_exporter_type, self.metrics_prom_exporter_port, "controller: ")
         if not self.controller_store_path:
             raise ConfigError("controller: controllerStorePath must not be empty")
 
@@ -109,6 +115,9 @@ CONF_KEYS: dict[str, str] = {
     "raftTickMs": "raft_tick_ms",
     "raftElectionTicks": "raft_election_ticks",
     "raftSnapshotEvery": "raft_snapshot_every",
+    "metricsExporterType": "metrics_exporter_type",
+    "metricsPromExporterHost": "metrics_prom_exporter_host",
+    "metricsPromExporterPort": "metrics_prom_exporter_port",
 }
 _KEY_OF: dict[str, str] = {}
 for _k, _f in CONF_KEYS.items():
@@ -123,9 +132,9 @@ _ALWAYS_BLACK = frozenset({"configBlackList", "configStorePath", "rocketmqHome",
 # RocketMQ keys accepted without effect (thread pools, DLedger file sizes, jRaft, metrics, namesrv embedding)
 IGNORED_KEYS = frozenset({
     "controllerType", "controllerThreadPoolNums", "controllerRequestThreadPoolQueueCapacity", "mappedFileSize",
-    "configStorePath", "rocketmqHome", "enableControllerInNamesrv", "metricsExporterType", "metricsGrpcExporterTarget",
+    "configStorePath", "rocketmqHome", "enableControllerInNamesrv", "metricsGrpcExporterTarget",
     "metricsGrpcExporterHeader", "metricGrpcExporterTimeOutInMills", "metricGrpcExporterIntervalInMills",
-    "metricLoggingExporterIntervalInMills", "metricsPromExporterPort", "metricsPromExporterHost",
+    "metricLoggingExporterIntervalInMills",
     "metricsLabel", "metricsInDelta", "jRaftElectionTimeoutMs", "jRaftScanWaitTimeoutMs",
     "jRaftSnapshotIntervalSecs", "jRaftGroupId", "jRaftServerId", "jRaftInitConf", "jRaftControllerRPCAddr",
     "serverWorkerThreads", "serverCallbackExecutorThreads", "serverSelectorThreads", "serverOnewaySemaphoreValue",

@@ -17,10 +17,12 @@ from functools import partial
 from typing import Any
 
 from orbitmq.base.clock import REAL_CLOCK, Clock
+from orbitmq.base.prom import prom_enabled
 from orbitmq.controller.config import ControllerConfig
 from orbitmq.controller.election import CandidateInfo
 from orbitmq.controller.events import encode_event
 from orbitmq.controller.heartbeat import DEFAULT_HEARTBEAT_TIMEOUT_MS, BrokerLiveInfo, BrokerLiveTable
+from orbitmq.controller.metrics import ControllerMetrics
 from orbitmq.controller.notify import RoleChangeNotifier
 from orbitmq.controller.processor import ControllerProcessor
 from orbitmq.controller.state import ControllerResult, ControllerStateMachine
@@ -76,6 +78,7 @@ class ControllerService:
         self._elections: dict[str, asyncio.Task[None]] = {}
         self._started_ms = 0
         self._serving_since_ms = 0
+        self.metrics: ControllerMetrics | None = None  # metricsExporterType=PROM (controller/metrics.py)
         self._started = False
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
@@ -97,6 +100,16 @@ class ControllerService:
             await self.server.stop()
             raise
         self._started_ms = self.clock.monotonic_ms()
+        cfg = self.config
+        if prom_enabled(cfg.metrics_exporter_type):
+            self.metrics = ControllerMetrics(self, cfg.metrics_prom_exporter_host or cfg.listen_host,
+                                             cfg.metrics_prom_exporter_port)
+            try:
+                await self.metrics.start()
+            except BaseException:
+                await self.driver.stop()
+                await self.server.stop()
+                raise
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop())
         self._started = True
         log.info("controller %s (group %s) started on %s, store %s", self.config.controller_dleger_self_id,
@@ -113,6 +126,8 @@ class ControllerService:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.driver.stop()
         await self.notifier.close()
+        if self.metrics is not None:
+            await self.metrics.stop()
         await self.server.stop()
         log.info("controller %s stopped", self.config.controller_dleger_self_id)
 

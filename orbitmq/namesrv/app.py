@@ -6,10 +6,12 @@ import logging
 from collections.abc import Callable
 
 from orbitmq.base.clock import REAL_CLOCK, Clock
+from orbitmq.base.prom import prom_enabled
 from orbitmq.namesrv.config import NamesrvConfig
 from orbitmq.namesrv.handlers import NamesrvHandlers
 from orbitmq.namesrv.kv_config import KvConfig
 from orbitmq.namesrv.liveness import BrokerLiveness
+from orbitmq.namesrv.metrics import NamesrvMetrics
 from orbitmq.namesrv.route_table import RouteTable
 from orbitmq.remoting import Connection, RemotingServer
 
@@ -33,6 +35,7 @@ class NameServer:
             on_close=self._on_connection_closed,
             idle_timeout_s=config.server_channel_max_idle_time_seconds,
         )
+        self.metrics: NamesrvMetrics | None = None  # metricsExporterType=PROM
         self._started = False
         self._close_listeners: list[Callable[[Connection], None]] = []
 
@@ -59,6 +62,15 @@ class NameServer:
         """Load the KV table (ConfigError if corrupt), listen (ConfigError if the port is taken), scan."""
         self.kv.load()
         await self.server.start()
+        cfg = self.config
+        if prom_enabled(cfg.metrics_exporter_type):
+            self.metrics = NamesrvMetrics(self.table, cfg.metrics_prom_exporter_host or cfg.listen_host,
+                                          cfg.metrics_prom_exporter_port, self.addr)
+            try:
+                await self.metrics.start()
+            except BaseException:
+                await self.server.stop()
+                raise
         self.liveness.start()
         self._started = True
         log.info("name server started on port %d (kv config %s)", self.port, self.config.kv_config_path)
@@ -68,5 +80,7 @@ class NameServer:
             return
         self._started = False
         await self.liveness.stop()
+        if self.metrics is not None:
+            await self.metrics.stop()
         await self.server.stop()
         log.info("name server on port %d stopped", self.port)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orbitmq.base.errors import ConfigError
+from orbitmq.base.prom import check_exporter_config
 from orbitmq.base.properties import conf_dir, field_values, read_properties_file
 
 
@@ -37,6 +38,10 @@ class NamesrvConfig:
     server_channel_max_idle_time_seconds: int = 120
     # RIP-32: list a master-less group's smallest-id live slave as brokerId 0 (read-only) in routes
     support_acting_master: bool = False
+    # Prometheus metrics (namesrv/metrics.py; docs/operations.md): PROM serves /metrics, DISABLE (default) does not
+    metrics_exporter_type: str = "DISABLE"
+    metrics_prom_exporter_host: str = ""  # "" -> listenHost
+    metrics_prom_exporter_port: int = 5557
 
     def validate(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -47,6 +52,7 @@ class NamesrvConfig:
             raise ConfigError("namesrv: brokerChannelExpiredTime must be > 0")
         if not self.kv_config_path:
             raise ConfigError("namesrv: kvConfigPath must not be empty")
+        check_exporter_config(self.metrics_exporter_type, self.metrics_prom_exporter_port, "namesrv: ")
 
 
 # namesrv.conf key -> NamesrvConfig field
@@ -66,6 +72,9 @@ CONF_KEYS: dict[str, str] = {
     "enableTopicList": "enable_topic_list",
     "serverChannelMaxIdleTimeSeconds": "server_channel_max_idle_time_seconds",
     "supportActingMaster": "support_acting_master",
+    "metricsExporterType": "metrics_exporter_type",
+    "metricsPromExporterHost": "metrics_prom_exporter_host",
+    "metricsPromExporterPort": "metrics_prom_exporter_port",
 }
 
 # Java keys that tune Netty/JVM thread pools or 5.x features we do not have: accepted without effect.

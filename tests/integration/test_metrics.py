@@ -8,6 +8,7 @@ import asyncio
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from orbitmq.client import Admin, ConsumeResult, Producer, PushConsumer, SendStatus
 from orbitmq.client.errors import TopicNotExistError
 from orbitmq.model import Message, MessageExt
-from orbitmq.testing.procs import LOCALHOST, Standalone, free_port, start_namesrv, write_broker_conf
+from orbitmq.testing.procs import (
+    LOCALHOST,
+    ServerProcess,
+    Standalone,
+    free_port,
+    start_broker,
+    start_namesrv,
+    write_broker_conf,
+    write_conf,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -150,3 +160,49 @@ def test_broker_metrics_port_in_use_is_a_clear_startup_error(tmp_path: Path) -> 
     assert err and "metricsPromExporterPort" in err[-1] and str(port) in err[-1], r.stderr
     assert "Traceback" not in r.stderr
 
+
+def _scrape_until(port: int, pred: Callable[[Samples], bool], timeout_s: float = 30.0) -> Samples:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        s = scrape(port)
+        if pred(s) or time.monotonic() > deadline:
+            return s
+        time.sleep(0.1)
+
+
+def test_namesrv_metrics_count_registered_brokers(tmp_path: Path) -> None:
+    mport = free_port()
+    ns = start_namesrv(tmp_path / "ns", metricsExporterType="PROM", metricsPromExporterHost=LOCALHOST,
+                       metricsPromExporterPort=mport)
+    broker = None
+    try:
+        s = scrape(mport)
+        assert value(s, "orbitmq_namesrv_brokers", node_type="nameserver") == 0
+        broker = start_broker(tmp_path / "b", f"{LOCALHOST}:{ns.ports[0]}")
+        s = _scrape_until(mport, lambda s: value(s, "orbitmq_namesrv_brokers") == 1)
+        assert value(s, "orbitmq_namesrv_brokers") == 1
+        assert value(s, "orbitmq_namesrv_masters", cluster="DefaultCluster") == 1
+        assert value(s, "orbitmq_namesrv_topics") >= 1
+    finally:
+        if broker is not None:
+            broker.close()
+        ns.close()
+
+
+def test_controller_metrics_show_leader_and_term(tmp_path: Path) -> None:
+    port, mport = free_port(), free_port()
+    d = tmp_path / "c"
+    conf = write_conf(d / "controller.conf", {
+        "controllerDLegerGroup": "g", "controllerDLegerPeers": f"n0-{LOCALHOST}:{port}", "controllerDLegerSelfId": "n0",
+        "controllerStorePath": str(d / "store"), "metricsExporterType": "PROM", "metricsPromExporterHost": LOCALHOST,
+        "metricsPromExporterPort": mport})
+    proc = ServerProcess.cli(["controller", "-c", str(conf)], d / "controller.log", ports=[port, mport],
+                             name="controller").start()
+    try:
+        s = _scrape_until(mport, lambda s: value(s, "orbitmq_controller_is_leader") == 1)
+        assert value(s, "orbitmq_controller_is_leader", node_type="controller", node_id="n0") == 1
+        assert value(s, "orbitmq_controller_raft_term") >= 1
+        assert value(s, "orbitmq_controller_leader", leader_id="n0") == 1
+        assert value(s, "orbitmq_controller_active_brokers") == 0
+    finally:
+        proc.close()
