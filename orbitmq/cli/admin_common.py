@@ -7,6 +7,7 @@ The commands only parse options and render; every request lives in orbitmq.clien
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -60,6 +61,10 @@ def cli_error(exc: BaseException) -> CliError:
     return CliError(one_line(exc), EXIT_FAILURE)
 
 
+ACCESS_KEY_ENV = "ORBITMQ_ACCESS_KEY"
+SECRET_KEY_ENV = "ORBITMQ_SECRET_KEY"
+
+
 class AdminSession:
     """The CLI's handle on one SDK Admin (`.admin`); started on first use. `call` is a raw request whose
     failures are CliError / BrokerError (used by the controller commands and bench drivers)."""
@@ -69,7 +74,12 @@ class AdminSession:
         if not self.namesrv_addrs:
             raise CliError("no name server address (use -n ip:port or set NAMESRV_ADDR)")
         self.timeout_ms = timeout_ms
-        self.admin = Admin(";".join(self.namesrv_addrs), timeout_ms=timeout_ms)
+        # an ACL-enabled broker (docs/design/security.md): requests signed with these keys when both are set
+        access_key, secret_key = os.environ.get(ACCESS_KEY_ENV) or None, os.environ.get(SECRET_KEY_ENV) or None
+        if bool(access_key) != bool(secret_key):
+            raise CliError(f"set both {ACCESS_KEY_ENV} and {SECRET_KEY_ENV} (or neither)")
+        self.admin = Admin(";".join(self.namesrv_addrs), timeout_ms=timeout_ms, access_key=access_key,
+                           secret_key=secret_key)
 
     async def start(self) -> Admin:
         await self.admin.start()

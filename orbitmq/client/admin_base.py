@@ -15,7 +15,7 @@ from typing import Any
 from orbitmq.base.errors import OrbitMQError
 from orbitmq.client.broker_api import check
 from orbitmq.client.errors import NoRouteError
-from orbitmq.client.instance import ClientInstance
+from orbitmq.client.instance import ClientInstance, session_credentials
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies import BrokerData, ClusterInfo, KVTable, TopicList, TopicRouteData
 
@@ -49,15 +49,17 @@ def parse_properties_text(text: str) -> dict[str, str]:
 
 
 class AdminBase:
-    def __init__(self, namesrv: str, *, instance_name: str | None = None, timeout_ms: int = 5000) -> None:
+    def __init__(self, namesrv: str, *, instance_name: str | None = None, timeout_ms: int = 5000,
+                 access_key: str | None = None, secret_key: str | None = None) -> None:
         self.namesrv = namesrv
         self.instance_name = instance_name
         self.timeout_ms = timeout_ms
+        self.credentials = session_credentials(access_key, secret_key)  # RocketMQ ACL: sign every request
         self._inst: ClientInstance | None = None
 
     async def start(self) -> None:
         if self._inst is None:
-            self._inst = await ClientInstance.acquire(self.namesrv, self.instance_name)
+            self._inst = await ClientInstance.acquire(self.namesrv, self.instance_name, self.credentials)
 
     async def close(self) -> None:
         inst, self._inst = self._inst, None

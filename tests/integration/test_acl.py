@@ -158,3 +158,25 @@ def test_start_up_with_a_bad_acl_file_fails_with_one_line(tmp_path: Path) -> Non
     assert res.returncode == 2, (res.returncode, res.stderr)
     errors = [line for line in res.stderr.splitlines() if line.startswith("orbitmq: error: ")]
     assert len(errors) == 1 and "longer than 6" in errors[0] and "Traceback" not in res.stderr, res.stderr
+
+
+def test_cli_signs_with_the_environment_keys(acl_standalone) -> None:
+    s, _ = acl_standalone
+
+    def cli(*args: str, keys: tuple[str, str] | None) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), NAMESRV_ADDR=s.namesrv_addr)
+        env.pop("ORBITMQ_ACCESS_KEY", None)
+        env.pop("ORBITMQ_SECRET_KEY", None)
+        if keys is not None:
+            env["ORBITMQ_ACCESS_KEY"], env["ORBITMQ_SECRET_KEY"] = keys
+        return subprocess.run([sys.executable, "-m", "orbitmq.cli.main", *args], capture_output=True, text=True,
+                              env=env, timeout=60, cwd=str(REPO_ROOT))
+
+    args = ("updateTopic", "-t", "TopicCli", "-b", s.broker_addr, "-r", "2", "-w", "2")
+    for keys in (None, (APP.access_key, APP.secret_key)):
+        res = cli(*args, keys=keys)
+        assert res.returncode != 0 and "NO_PERMISSION" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    res = cli(*args, keys=(ADMIN.access_key, ADMIN.secret_key))
+    assert res.returncode == 0, res.stderr
+    res = cli(*args, keys=(ADMIN.access_key, ""))
+    assert res.returncode != 0 and "ORBITMQ_SECRET_KEY" in res.stderr, res.stderr
