@@ -1,0 +1,187 @@
+"""The daily mqadmin commands and the CLI's consistency rules against a real standalone server: every new
+command in table and --json form, queryMsgById with both id kinds, consume's Ctrl-C message, fast one-line
+failures when the name server is unreachable or a topic has no route, process titles."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from orbitmq.client import Message, Producer
+from orbitmq.testing.procs import REPO_ROOT, ServerProcess, free_broker_port, free_port, write_standalone_conf
+from tests.integration.test_cli import assert_one_line_error, cli, wait_for_banner, wait_for_route
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    d = tmp_path_factory.mktemp("admin")
+    ns_port, broker_port = free_port(), free_broker_port()
+    conf = write_standalone_conf(d, ns_port, broker_port)
+    proc = ServerProcess.cli(["standalone", "-c", str(conf)], d / "server.log", ports=[ns_port, broker_port],
+                             name="standalone")
+    proc.start()
+    wait_for_banner(proc)
+    ns, broker = f"127.0.0.1:{ns_port}", f"127.0.0.1:{broker_port}"
+    assert cli("updateTopic", "-t", "AdmT", "-c", "DefaultCluster", "-r", "2", "-w", "2", namesrv=ns).returncode == 0
+    wait_for_route("AdmT", ns, 2)
+    yield proc, ns, broker
+    assert proc.terminate(20) == 0, proc.log_tail()
+
+
+def js(*args: str, namesrv: str) -> object:
+    res = cli(*args, "--json", namesrv=namesrv)
+    assert res.returncode == 0, (args, res.stdout, res.stderr)
+    return orjson.loads(res.stdout)
+
+
+def test_process_title_names_role_and_broker(server) -> None:
+    proc, _, broker = server
+    cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    assert cmdline.startswith(f"orbitmq standalone broker-a/0 :{broker.split(':')[1]}"), cmdline
+
+
+def test_produce_prints_both_ids_and_query_by_id_takes_either(server) -> None:
+    _, ns, broker = server
+    res = cli("produce", "-t", "AdmT", "--tag", "TagQ", "--body", "q{i}", "-c", "2", "-n", ns)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 2 and all("msgId=" in line and "offsetMsgId=" in line for line in lines), lines
+    fields = dict(kv.split("=", 1) for kv in lines[1].split()[1:])
+    uniq, offset_id = fields["msgId"], fields["offsetMsgId"]
+    for msg_id in (uniq, offset_id):  # no -t: a unique id is searched in every topic's index
+        found = js("queryMsgById", "-i", msg_id, namesrv=ns)
+        assert (found["msgId"], found["offsetMsgId"], found["body"]) == (uniq, offset_id, "q1")
+    assert js("queryMsgById", "-i", uniq, "-t", "AdmT", namesrv=ns)["storeHost"] == broker
+    assert js("queryMsgByUniqueKey", "-i", uniq, "-t", "AdmT", namesrv=ns)["body"] == "q1"
+    assert_one_line_error(cli("queryMsgById", "-i", "C0A80101000000000000000000000000", namesrv=ns), 1,
+                          "not found")
+
+
+def test_send_read_and_print_messages(server) -> None:
+    _, ns, _ = server
+    sent = js("sendMessage", "-t", "AdmT", "-p", "to-q1", "-b", "broker-a", "-i", "1", "-k", "sk", "-c", "TagS",
+              namesrv=ns)
+    assert len(sent) == 1 and sent[0]["queueId"] == 1 and sent[0]["sendResult"] == "SEND_OK"
+    offset = sent[0]["queueOffset"]
+    at = js("queryMsgByOffset", "-t", "AdmT", "-b", "broker-a", "-i", "1", "-o", str(offset), namesrv=ns)
+    assert (at["body"], at["tags"], at["keys"], at["msgId"]) == ("to-q1", "TagS", "sk", sent[0]["msgId"])
+    one_queue = js("consumeMessage", "-t", "AdmT", "-b", "broker-a", "-i", "1", "-o", str(offset), "-c", "5",
+                   namesrv=ns)
+    assert [m["body"] for m in one_queue] == ["to-q1"]
+    assert len(js("consumeMessage", "-t", "AdmT", "-c", "1", namesrv=ns)) == 1
+    tagged = js("printMsg", "-t", "AdmT", "-s", "TagS", namesrv=ns)
+    assert [m["body"] for m in tagged] == ["to-q1"]
+    assert "to-q1" in cli("printMsg", "-t", "AdmT", namesrv=ns).stdout
+    assert_one_line_error(cli("queryMsgByOffset", "-t", "AdmT", "-b", "broker-a", "-i", "1", "-o", "999999",
+                              namesrv=ns), 1, "999999")
+
+
+def test_groups_offsets_and_stats(server) -> None:
+    _, ns, broker = server
+    assert cli("produce", "-t", "AdmT", "--body", "g{i}", "-c", "4", "-q", "-n", ns).returncode == 0
+    got = cli("consume", "-t", "AdmT", "-g", "AdmG", "--from-beginning", "-c", "3", "--format", "body",
+              "--idle-timeout", "20", "-n", ns)
+    assert got.returncode == 0, got.stderr
+    src = js("consumerProgress", "-g", "AdmG", "-t", "AdmT", namesrv=ns)
+    assert src["problems"] == [] and src["total"]["consumerOffset"] == 3
+
+    clone = js("cloneGroupOffset", "-s", "AdmG", "-d", "AdmG2", "-t", "AdmT", "-o", "true", namesrv=ns)
+    assert [r["addr"] for r in clone] == [broker]
+    dest = js("consumerProgress", "-g", "AdmG2", "-t", "AdmT", namesrv=ns)
+    assert dest["total"]["consumerOffset"] == 3 and dest["total"]["lag"] == src["total"]["lag"]
+
+    stats = js("brokerConsumeStats", namesrv=ns)  # no -b: the only broker
+    mine = [r for r in stats["rows"] if r["topic"] == "AdmT" and r["group"] in ("AdmG", "AdmG2")]
+    assert {r["group"] for r in mine} == {"AdmG", "AdmG2"}
+    assert sum(r["consumerOffset"] for r in mine if r["group"] == "AdmG") == 3
+    all_rows = js("statsAll", "-t", "AdmT", namesrv=ns)
+    row = next(r for r in all_rows if r["group"] == "AdmG")
+    assert row["messages"] >= 4 and row["accumulation"] == src["total"]["lag"]
+
+    created = js("updateSubGroup", "-g", "AdmSub", "-c", "DefaultCluster", "-r", "3", namesrv=ns)
+    assert created[0]["result"] == "OK"
+    assert js("deleteSubGroup", "-g", "AdmSub", "-b", broker, namesrv=ns)[0]["result"] == "deleted"
+
+
+def test_connections_and_ctrl_c_says_interrupted(server) -> None:
+    _, ns, _ = server
+    assert cli("produce", "-t", "AdmT", "--body", "c{i}", "-c", "1", "-q", "-n", ns).returncode == 0
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    env.pop("NAMESRV_ADDR", None)
+    proc = subprocess.Popen([sys.executable, "-m", "orbitmq.cli.main", "consume", "-t", "AdmT", "-g", "AdmLive",
+                             "--from-beginning", "-c", "100000", "--format", "body", "-n", ns],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO_ROOT))
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # blocks until one message was printed
+        assert first.strip(), proc.stderr.read() if proc.stderr else ""
+        conn = js("consumerConnection", "-g", "AdmLive", namesrv=ns)
+        assert len(conn["connectionSet"]) == 1 and "AdmT" in conn["subscriptionTable"]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "interrupted after" in err and "of 100000" in err, err
+    assert "idle timeout" not in err and "Traceback" not in err, err
+
+
+def test_producer_connection(server) -> None:
+    _, ns, _ = server
+
+    async def with_producer() -> subprocess.CompletedProcess[str]:
+        async with Producer("AdmPG", namesrv=ns) as producer:
+            await producer.send(Message("AdmT", b"p"))  # heartbeats the broker of the route
+            return await asyncio.to_thread(cli, "producerConnection", "-g", "AdmPG", "-t", "AdmT", "--json",
+                                           namesrv=ns)
+
+    res = asyncio.run(with_producer())
+    assert res.returncode == 0, res.stderr
+    rows = orjson.loads(res.stdout)
+    assert len(rows) == 1 and "@" in rows[0]["clientId"] and rows[0]["clientAddr"].startswith("127.0.0.1:"), rows
+
+
+def test_brokers_config_perm_and_clusters(server) -> None:
+    _, ns, broker = server
+    assert js("brokerStatus", namesrv=ns)["brokerVersionDesc"]
+    assert js("getBrokerConfig", namesrv=ns)["brokerName"] == "broker-a"
+    assert js("topicClusterList", "-t", "AdmT", namesrv=ns) == ["DefaultCluster"]
+    try:
+        wiped = js("wipeWritePerm", "-b", "broker-a", namesrv=ns)
+        assert wiped[0]["namesrv"] == ns and wiped[0]["topics"] >= 1
+        assert js("topicRoute", "-t", "AdmT", namesrv=ns)["queueDatas"][0]["perm"] == 4
+    finally:
+        added = js("addWritePerm", "-b", "broker-a", namesrv=ns)
+    assert added[0]["topics"] >= 1
+    assert js("topicRoute", "-t", "AdmT", namesrv=ns)["queueDatas"][0]["perm"] == 6
+    perm = js("updateTopicPerm", "-t", "AdmT", "-p", "4", "-b", broker, namesrv=ns)
+    assert perm[0]["newPerm"] == "R--"
+    assert js("updateTopicPerm", "-t", "AdmT", "-p", "6", "-c", "DefaultCluster", namesrv=ns)[0]["newPerm"] == "RW-"
+
+
+def test_unreachable_namesrv_and_missing_route_fail_fast_with_one_line(server) -> None:
+    _, ns, _ = server
+    dead = f"127.0.0.1:{free_port()}"
+    for args in (["consume", "-t", "AdmT", "-n", dead], ["produce", "-t", "AdmT", "--body", "x", "-n", dead],
+                 ["consumerProgress", "-g", "G", "-n", dead], ["sendMessage", "-t", "AdmT", "-p", "x", "-n", dead],
+                 ["statsAll", "-n", dead]):
+        t0 = time.monotonic()
+        res = cli(*args, timeout=20)
+        assert time.monotonic() - t0 < 10, args
+        assert_one_line_error(res, 1, dead)
+    t0 = time.monotonic()
+    no_route = cli("consume", "-t", "NoSuchTopicHere", "-n", ns, timeout=20)
+    assert time.monotonic() - t0 < 10
+    assert_one_line_error(no_route, 1, "no route for topic NoSuchTopicHere")
