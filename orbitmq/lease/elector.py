@@ -245,9 +245,13 @@ class LeaseElector:
         ok = await self.store.renew(cfg.name, self.me.nonce, self._epoch, cfg.ttl_ms)
         self._db_success()
         if not ok:
-            self._step_down("another node holds the lease")
-            self._set(LeaseState.HEARTBEAT)
-            return 0
+            self._deadline = 0  # acknowledge nothing more; learn the new holder before telling subscribers
+            try:
+                row = await self.store.read(cfg.name)
+            finally:
+                self._step_down("another node holds the lease")
+                self._set(LeaseState.HEARTBEAT)
+            return self._after_read(row)
         self._deadline = sent + cfg.ttl_ms - cfg.margin_ms
         return max(0, sent + cfg.renew_interval_ms - self._clock())
 

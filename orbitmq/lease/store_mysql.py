@@ -59,6 +59,12 @@ class MysqlLeaseStore(SqlLeaseStore):
             row = await cur.fetchone()
             return None if row is None else tuple(row)
 
+    async def _create_table(self, ddl: str) -> None:
+        exists = await self._fetchone("SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE() "
+                                      "AND table_name = %s", (self.table,))
+        if exists is None:  # (CREATE ... IF NOT EXISTS on an existing table logs a warning through the driver)
+            await self._execute(ddl, ())
+
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
