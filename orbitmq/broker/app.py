@@ -222,10 +222,10 @@ class Broker:
             self.metrics = BrokerMetrics(cfg.metrics_prom_exporter_host or cfg.broker_ip1, cfg.metrics_prom_exporter_port)
             handlers = [self.metrics.wrap(r) for r in self._routers]  # RPC latency per request/response code
         try:
-            self.server = RemotingServer(handlers[0], "0.0.0.0", cfg.listen_port, name="broker",
+            self.server = RemotingServer(handlers[0], cfg.bind_address, cfg.listen_port, name="broker",
                                          on_close=self._on_connection_closed)
             await self.server.start()
-            self.vip_server = RemotingServer(handlers[1], "0.0.0.0", cfg.vip_listen_port, name="broker-vip",
+            self.vip_server = RemotingServer(handlers[1], cfg.bind_address, cfg.vip_listen_port, name="broker-vip",
                                              on_close=self._on_connection_closed)
             await self.vip_server.start()
             if self.server.port != cfg.listen_port:  # port 0 (tests): the real port is known only now

@@ -63,6 +63,7 @@ BROKER_KEYS: dict[str, str] = {
     "aclEnable": "acl_enable",
     "aclFilePath": "acl_file_path",
     "rocketmqHome": "rocketmq_home",
+    "bindAddress": "bind_address",
     "transactionTimeOut": "transaction_timeout",
     "transactionCheckMax": "transaction_check_max",
     "transactionCheckInterval": "transaction_check_interval",

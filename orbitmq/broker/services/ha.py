@@ -55,7 +55,7 @@ class HAService:
         self.env = env
         cfg = ctx.config
         self.rconfig = ReplicationConfig(
-            port=cfg.ha_listen_port, batch_size=cfg.ha_transfer_batch_size,
+            host=cfg.bind_address, port=cfg.ha_listen_port, batch_size=cfg.ha_transfer_batch_size,
             heartbeat_ms=cfg.ha_send_heartbeat_interval, housekeeping_ms=cfg.ha_housekeeping_interval,
             fallbehind_max=cfg.ha_slave_fallbehind_max,
         )
