@@ -104,7 +104,7 @@ def test_statements_are_conditional_and_row_counts_decide(kind: str, url_of: Cal
         await asyncio.gather(*(s.open() for s in stores))  # CREATE TABLE IF NOT EXISTS, three at once
         try:
             assert await stores[0].read(cfg.name) is None
-            won = await asyncio.gather(*(s.insert(cfg.name, c, TTL) for s, c in zip(stores, cands)))
+            won = await asyncio.gather(*(s.insert(cfg.name, c, TTL) for s, c in zip(stores, cands, strict=True)))
             assert won.count(True) == 1
             w = won.index(True)
             (sa, a), (sb, b), (sc, c) = [(stores[i], cands[i]) for i in (w, (w + 1) % 3, (w + 2) % 3)]
