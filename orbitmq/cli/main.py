@@ -19,6 +19,7 @@ from orbitmq.cli.bench import bench_group
 from orbitmq.cli.broker import broker_command
 from orbitmq.cli.clientcmds import consume_command, produce_command
 from orbitmq.cli.cluster import cluster_group
+from orbitmq.cli.console import console_command
 from orbitmq.cli.controller import controller_command
 from orbitmq.cli.controller_admin import CONTROLLER_ADMIN_COMMANDS
 from orbitmq.cli.logging_setup import setup_logging
@@ -72,6 +73,7 @@ def main(ctx: click.Context, log_level: str | None, log_file: str | None, debug:
 for _cmd in (namesrv_command, broker_command, standalone_command, produce_command, consume_command, bench_group,
              cluster_group, controller_command, *ADMIN_COMMANDS, *CONTROLLER_ADMIN_COMMANDS):
     main.add_command(_cmd)
+main.add_command(console_command)
 
 
 if __name__ == "__main__":

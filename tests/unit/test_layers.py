@@ -24,6 +24,7 @@ LAYER = {
     "controller": 5,
     "client": 5,
     "cli": 6,
+    "console": 6,  # the web console: on the SDK; the cli starts it
     "spark": 6,
     "testing": 6,
 }
