@@ -311,6 +311,10 @@ class BrokerConfig:
                 raise ConfigError(f"{name}: {value} must be > 0")
         if self.min_in_sync_replicas < 1:
             raise ConfigError(f"minInSyncReplicas: {self.min_in_sync_replicas} must be >= 1")
+        from orbitmq.lease.config import LeaseConfig  # the URL and the timing rules, before anything starts
+
+        LeaseConfig(url=self.lease_store_url, name=self.lease_name_or_default, ttl_ms=self.lease_ttl_millis,
+                    renew_interval_ms=self.lease_renew_interval_or_default, max_db_errors=self.lease_max_db_errors)
 
     def field_names(self) -> list[str]:
         return [f.name for f in fields(self)]

@@ -206,6 +206,11 @@ class LeaseCluster:
                 return bd.broker_addrs.get(0)
         return None
 
+    def has_topic(self, m: LeaseMember, topic: str, timeout_s: float = 2.0) -> bool:
+        """Whether the broker's topic config table (GET_ALL_TOPIC_CONFIG) lists `topic`."""
+        resp = blocking_request(m.addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), timeout_s)
+        return resp.code == ResponseCode.SUCCESS and f'"{topic}"'.encode() in bytes(resp.body or b"")
+
     def member_by_addr(self, addr: str | None) -> LeaseMember | None:
         return next((m for m in self.members if m.addr == addr), None)
 
