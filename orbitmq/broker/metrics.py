@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import os
 import time
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -49,10 +50,17 @@ class RpcTimer:
         self._now = time.perf_counter_ns
 
     def __call__(self, conn: Any, cmd: RemotingCommand) -> Any:
-        t0 = self._now()
+        now = self._now
+        t0 = now()
         r = self._inner(conn, cmd)
-        if isinstance(r, RemotingCommand):
-            self._record(cmd.code, r.code, self._now() - t0)
+        if type(r) is RemotingCommand:  # the common case, inlined: ~0.5 us per request
+            elapsed = now() - t0
+            h = self.table.get((cmd.code, r.code))
+            if h is None:
+                self._record(cmd.code, r.code, elapsed)
+            else:
+                h.counts[bisect_left(h.bounds, elapsed)] += 1
+                h.total += elapsed
         elif r is not None and inspect.isawaitable(r):
             return self._timed(r, cmd.code, t0)
         return r
