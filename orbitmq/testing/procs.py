@@ -95,6 +95,17 @@ def free_broker_port(host: str = LOCALHOST, attempts: int = 200) -> int:
     raise RuntimeError("no free broker port block (p-2..p+1) found")
 
 
+def free_port_block(count: int, step: int, host: str = LOCALHOST, attempts: int = 200) -> int:
+    """A base port b such that b-2 .. b+1, b+step-2 .. b+step+1, ... (`count` blocks) are all free: the ports of
+    `orbitmq cluster init` members (name servers step 1, brokers step 10, each broker using port-2 .. port+1)."""
+    for _ in range(attempts):
+        base = free_port(host) + 2
+        ports = [base + i * step + d for i in range(count) for d in (-2, -1, 0, 1)]
+        if max(ports) < 65000 and all(_can_bind(p, host) for p in set(ports)):
+            return base
+    raise RuntimeError(f"no free block of {count} x {step} ports found")
+
+
 def port_open(port: int, host: str = LOCALHOST, timeout_s: float = 0.2) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout_s):

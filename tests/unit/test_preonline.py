@@ -99,14 +99,17 @@ def _setup(tmp_path: Any, client: Any, members: dict[int, str] | None, hang: boo
     return svc, ctx, isolation
 
 
-def test_enabled_only_on_an_acting_master_group_master() -> None:
+def test_enabled_on_every_classic_master() -> None:
     def cfg(**kw: Any) -> Any:
-        base = {"is_slave": False, "enable_slave_acting_master": True, "skip_pre_online": False}
+        base = {"is_slave": False, "enable_slave_acting_master": True, "skip_pre_online": False,
+                "enable_controller_mode": False}
         return SimpleNamespace(**{**base, **kw})
 
     assert preonline.enabled(cfg())
+    assert preonline.enabled(cfg(enable_slave_acting_master=False))  # offsets never roll back, feature or not
     assert not preonline.enabled(cfg(is_slave=True))
-    assert not preonline.enabled(cfg(enable_slave_acting_master=False))
+    assert not preonline.enabled(cfg(enable_controller_mode=True))
+    assert not preonline.enabled(cfg(dynamic_role=True))
     assert not preonline.enabled(cfg(skip_pre_online=True))
     assert preonline.create(SimpleNamespace(config=cfg(skip_pre_online=True)), None) is None  # type: ignore[arg-type]
 
@@ -241,6 +244,8 @@ def test_offsets_forwarded_between_master_and_slave_once(tmp_path) -> None:
         assert on_master(None, _update({**ext, "commitOffset": "43", "orbitForwarded": "true"})).code == 0
         await asyncio.sleep(0.05)
         assert master.ctx.offsets.query("G", "T", 1) == 43
+        stamp = m_client.oneway[0][1].pop("orbitOffsetStamp")  # the commit's stamp travels with it
+        assert int(stamp) > 0
         assert m_client.oneway == [(SLAVE, {**ext, "orbitForwarded": "true"})]  # a forwarded one is not re-sent
 
         slave, s_client = _ha_service(tmp_path / "s", "SLAVE")
@@ -250,6 +255,7 @@ def test_offsets_forwarded_between_master_and_slave_once(tmp_path) -> None:
         assert on_slave(None, _update({**ext, "commitOffset": "50"})).code == ResponseCode.SUCCESS
         await asyncio.sleep(0.05)
         assert slave.ctx.offsets.query("G", "T", 1) == 50
+        assert int(s_client.oneway[0][1].pop("orbitOffsetStamp")) == slave.ctx.offsets.stamp("G", "T", 1)
         assert s_client.oneway == [(ME, {**ext, "commitOffset": "50", "orbitForwarded": "true"})]
         assert master.ha_runtime()["haForwardedOffsets"] == "1"
 

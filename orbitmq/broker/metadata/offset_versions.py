@@ -3,8 +3,12 @@
 The consumer offset table and the delay offset table each carry a DataVersion. It advances every `step` changes
 (5.x: consumerOffsetUpdateVersionStep = 500, delayOffsetUpdateVersionStep = 200) and, when anything changed since
 the last advance, at persist, so a copy that saw more updates can be told from an older one. A restarting master
-(services/preonline.py) and a slave (services/ha.py) compare versions to pick the newer copy, and in any case merge
-per queue taking the larger offset, so a committed offset never moves backwards.
+(services/preonline.py) and a slave (services/ha.py) compare versions to pick the newer copy.
+
+Consumer offsets also carry a commit stamp per queue (ConsumerOffsetManager): the wall-clock ms of the commit,
+never lower than the entry's previous stamp + 1, kept by every member a commit is forwarded or merged to. A merge
+takes, per queue, the newer commit (an admin reset to a lower offset made after the other copy's value wins); for
+an unstamped entry (4.x) the larger offset. Delay offsets merge by the larger offset (nothing resets them).
 
 Bodies and files are RocketMQ 5.x-shaped: {"dataVersion":{...},"offsetTable":{...}}; 4.x copies without
 "dataVersion" load as version (counter 0, timestamp 0), older than anything stamped.
@@ -102,6 +106,47 @@ def merge_max_nested(local: Mapping[str, Mapping[int, int]],
                 mine[q] = off
                 changed = True
     return merged, changed
+
+
+Stamps = Mapping[str, Mapping[int, int]]  # {"topic@group": {queue: commit stamp}}; 0 or absent: unstamped
+
+
+def newer_entry(mine: tuple[int, int] | None, theirs: tuple[int, int]) -> bool:
+    """Does `theirs` (offset, stamp) replace `mine` in a merge? Both stamped: the newer commit wins (a tie goes to
+    the larger offset), so an admin reset to a lower offset, committed after the other copy's value, survives.
+    Either unstamped (a 4.x file or body): the larger offset wins, so nothing rolls back."""
+    if mine is None:
+        return True
+    (off, stamp), (other_off, other_stamp) = mine, theirs
+    if stamp > 0 and other_stamp > 0:
+        return (other_stamp, other_off) > (stamp, off)
+    return other_off > off
+
+
+def merge_newest_nested(local: Mapping[str, Mapping[int, int]], local_stamps: Stamps,
+                        other: Mapping[str, Mapping[int, int]], other_stamps: Stamps,
+                        ) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, int]], bool]:
+    """The consumer offset merge: per queue the newer commit (newer_entry). Returns (offsets, stamps, True when
+    `other` changed any offset here). An entry keeps the larger of the two stamps (the winner's when both have one)."""
+    merged = {k: dict(v) for k, v in local.items()}
+    stamps = {k: dict(v) for k, v in local_stamps.items()}
+    changed = False
+    for key, queues in other.items():
+        if not queues:
+            continue
+        mine = merged.setdefault(key, {})
+        my_stamps = stamps.setdefault(key, {})
+        their_stamps = other_stamps.get(key, {})
+        for q, off in queues.items():
+            their_stamp = their_stamps.get(q, 0)
+            current = (mine[q], my_stamps.get(q, 0)) if q in mine else None
+            if newer_entry(current, (off, their_stamp)):
+                changed = changed or current is None or current[0] != off
+                mine[q] = off
+            stamp = max(their_stamp, current[1] if current is not None else 0)
+            if stamp > 0:
+                my_stamps[q] = stamp
+    return merged, {k: v for k, v in stamps.items() if v}, changed
 
 
 def needs_restamp(adopted: bool, changed: bool, same_as_other: bool) -> bool:

@@ -7,6 +7,11 @@ CONSUMER_OFFSET_VERSION_STEP changes and at each persist that writes changes; fi
 body are {"dataVersion":{...},"offsetTable":{...}} (a 4.x file without dataVersion loads as the oldest version).
 With a publish gate (controller-mode master, set_gate()) commits stay pending until publish(): query, encode and
 the file only ever show published values.
+Every entry also carries a commit stamp (wall-clock ms of the commit, at least the previous stamp + 1), kept when
+the commit is forwarded to (commit_if_newer) or merged into (merge_from) another member's table: a merge takes, per
+queue, the newer commit, so a returning master never serves an offset lower than one committed later elsewhere,
+while an admin reset to a lower offset still wins over the older values. File and body add
+"offsetStamps":{"T@G":{0:1700000000000}} (ignored by RocketMQ; a copy without it is unstamped: larger offset wins).
 """
 
 from __future__ import annotations
@@ -18,14 +23,17 @@ from typing import Any
 
 import orjson
 
+from orbitmq.base.clock import now_ms
 from orbitmq.base.fsio import atomic_write
 from orbitmq.broker.metadata.data_version import DataVersion, load_config_file
 from orbitmq.broker.metadata.name_filter import drop_illegal
 from orbitmq.broker.metadata.offset_versions import (
     CONSUMER_OFFSET_VERSION_STEP,
+    Stamps,
     VersionTracker,
-    merge_max_nested,
+    merge_newest_nested,
     needs_restamp,
+    newer_entry,
     unversioned,
     version_of,
 )
@@ -41,9 +49,12 @@ def offset_key(topic: str, group: str) -> str:
 class ConsumerOffsetManager:
     FILE_NAME = "consumerOffset.json"
 
-    def __init__(self, config_dir: str, version_step: int = CONSUMER_OFFSET_VERSION_STEP) -> None:
+    def __init__(self, config_dir: str, version_step: int = CONSUMER_OFFSET_VERSION_STEP,
+                 clock: Callable[[], int] = now_ms) -> None:
         self._path = os.path.join(config_dir, self.FILE_NAME)
         self._table: dict[str, dict[int, int]] = {}
+        self._stamps: dict[str, dict[int, int]] = {}  # "topic@group" -> {queueId: commit stamp}
+        self._clock = clock
         self._versions = VersionTracker(version_step)
         self._dirty = False
         self._latest: bytes | None = None  # newest snapshot not yet on disk
@@ -72,7 +83,8 @@ class ConsumerOffsetManager:
             return
         self._set(key, queue_id, offset)
 
-    def _set(self, key: str, queue_id: int, offset: int) -> None:
+    def _set(self, key: str, queue_id: int, offset: int, stamp: int = 0) -> None:
+        """Store a commit; `stamp` 0: a commit made here, stamped now (never below the entry's last stamp + 1)."""
         queues = self._table.get(key)
         if queues is None:
             self._table[key] = {queue_id: offset}
@@ -80,8 +92,32 @@ class ConsumerOffsetManager:
             queues[queue_id] = offset
         else:
             return
+        stamps = self._stamps.setdefault(key, {})
+        stamps[queue_id] = stamp or max(self._clock(), stamps.get(queue_id, 0) + 1)
         self._dirty = True
         self._versions.changed()
+
+    def commit_if_newer(self, group: str, topic: str, queue_id: int, offset: int, stamp: int) -> bool:
+        """A commit forwarded by another member of the group with its stamp: taken only when newer than ours
+        (merge rule), so forwards arriving late or out of order never move an entry back. True if taken."""
+        if stamp <= 0 or self._gate is not None:  # from a member without stamps: as a plain commit
+            self.commit(group, topic, queue_id, offset)
+            return True
+        key = topic + SEPARATOR + group
+        current = self._table.get(key, {}).get(queue_id)
+        mine = None if current is None else (current, self._stamps.get(key, {}).get(queue_id, 0))
+        if not newer_entry(mine, (offset, stamp)):
+            return False
+        if mine is not None and mine[0] == offset:
+            self._stamps.setdefault(key, {})[queue_id] = stamp
+            self._dirty = True
+            return True
+        self._set(key, queue_id, offset, stamp)
+        return True
+
+    def stamp(self, group: str, topic: str, queue_id: int) -> int:
+        """The commit stamp of an entry (0: none, or unstamped)."""
+        return self._stamps.get(topic + SEPARATOR + group, {}).get(queue_id, 0)
 
     def _commit_gated(self, key: str, queue_id: int, offset: int) -> None:
         slot = (key, queue_id)
@@ -150,6 +186,7 @@ class ConsumerOffsetManager:
         return self._remove_where(lambda t, g: t == topic)
 
     def remove(self, group: str, topic: str) -> bool:
+        self._stamps.pop(topic + SEPARATOR + group, None)
         if self._table.pop(topic + SEPARATOR + group, None) is None:
             return False
         self._dirty = True
@@ -160,6 +197,7 @@ class ConsumerOffsetManager:
         doomed = [k for k in self._table if pred(*_split(k))]
         for k in doomed:
             del self._table[k]
+            self._stamps.pop(k, None)
         if doomed:
             self._dirty = True
             self._versions.changed(len(doomed))
@@ -170,14 +208,19 @@ class ConsumerOffsetManager:
         merge_from() instead."""
         if table != self._table:
             self._table = {k: dict(v) for k, v in table.items()}
+            self._stamps = {}  # unstamped: a later merge falls back to the larger offset
             self._dirty = True
             self._versions.changed()
 
-    def merge_from(self, table: dict[str, dict[int, int]], version: DataVersion | None) -> bool:
+    def merge_from(self, table: dict[str, dict[int, int]], version: DataVersion | None,
+                   stamps: Stamps | None = None) -> bool:
         """Take in another copy of the table (the master's on a slave, a slave's on a pre-online master): per queue
-        the larger offset, so no offset ever moves backwards; the newer of the two versions. True if any offset
-        changed here."""
-        merged, changed = merge_max_nested(self._table, table)
+        the newer commit by stamp (unstamped: the larger offset), so no offset moves back unless it was reset
+        later; the newer of the two versions. True if any offset changed here."""
+        merged, merged_stamps, changed = merge_newest_nested(self._table, self._stamps, table, stamps or {})
+        if merged_stamps != self._stamps:
+            self._stamps = merged_stamps
+            self._dirty = True
         if changed:
             self._table = merged
             self._dirty = True
@@ -197,7 +240,10 @@ class ConsumerOffsetManager:
             inner = ",".join(f"{q}:{o}" for q, o in queues.items())
             parts.append(orjson.dumps(key).decode() + ":{" + inner + "}")
         version = orjson.dumps(self._versions.version.to_json_obj()).decode()
-        return ('{"dataVersion":' + version + ',"offsetTable":{' + ",".join(parts) + "}}").encode()
+        stamps = ",".join(orjson.dumps(key).decode() + ":{" + ",".join(f"{q}:{t}" for q, t in queues.items()) + "}"
+                          for key, queues in self._stamps.items() if key in self._table)
+        return ('{"dataVersion":' + version + ',"offsetTable":{' + ",".join(parts) + '},"offsetStamps":{'
+                + stamps + "}}").encode()
 
     def snapshot_if_dirty(self) -> bytes | None:
         """Encoded table when something changed since the last snapshot (clears the dirty flag), else None.
@@ -240,9 +286,9 @@ class ConsumerOffsetManager:
 
     def load(self) -> None:
         """Load consumerOffset.json (or .bak); ConfigError if both copies are corrupt."""
-        loaded = load_config_file(self._path, decode_offset_file)
+        loaded = load_config_file(self._path, _decode_stamped_file)
         if loaded is not None:
-            self._table, version = loaded
+            self._table, version, self._stamps = loaded
             self._versions.version.assign(version)
         self._dirty = False
 
@@ -255,6 +301,26 @@ def _split(key: str) -> tuple[str, str]:
 def decode_offset_file(obj: Any) -> tuple[dict[str, dict[int, int]], DataVersion]:
     """consumerOffset.json (or a GET_ALL_CONSUMER_OFFSET body): the table and its version (4.x: the oldest)."""
     return decode_offset_wrapper(obj), version_of(obj) or unversioned()
+
+
+def _decode_stamped_file(obj: Any) -> tuple[dict[str, dict[int, int]], DataVersion, dict[str, dict[int, int]]]:
+    table, version = decode_offset_file(obj)
+    return table, version, decode_offset_stamps(obj)
+
+
+def decode_offset_stamps(obj: Any) -> dict[str, dict[int, int]]:
+    """The "offsetStamps" of a file or GET_ALL_CONSUMER_OFFSET body ({} when absent or malformed: unstamped)."""
+    raw = obj.get("offsetStamps") if isinstance(obj, dict) else None
+    out: dict[str, dict[int, int]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for key, queues in raw.items():
+        if isinstance(queues, dict):
+            try:
+                out[str(key)] = {int(q): int(t) for q, t in queues.items()}
+            except (TypeError, ValueError):
+                continue
+    return out
 
 
 def decode_offset_wrapper(obj: Any) -> dict[str, dict[int, int]]:

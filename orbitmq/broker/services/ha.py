@@ -5,8 +5,8 @@ address; SYNC_MASTER puts wait for a slave (store.replica policy) and, with sync
 see only replicated data. Slave: HA client (master found via haMasterAddress, a master's 906 push, or the name
 servers + 906), metadata sync every slaveSyncInterval and once before serving (topics, groups by data version;
 consumer and delay offsets merged so they never roll back, the newer data version kept), consumer offsets
-committed on the slave forwarded to the master. With enableSlaveActingMaster the master also forwards every
-committed consumer offset to its slaves, so a kill -9 of the master loses none (pre-online pulls them back).
+committed on the slave forwarded to the master. The master forwards every committed consumer offset to its slaves
+(acting master or not), so a kill -9 of the master loses none (pre-online pulls them back).
 Both add role and lag to runtime info.
 """
 
@@ -31,6 +31,8 @@ from orbitmq.broker.services.metadata_sync import (
     OffsetForwarder,
     adopt_delay_offsets,
     fetch_body,
+    forwarded_stamp,
+    is_forwarded,
     pull_offsets_from,
     sync_metadata_from,
 )
@@ -43,7 +45,7 @@ log = logging.getLogger(__name__)
 MASTER_ID = 0
 REQUEST_TIMEOUT_MS = 3000
 STARTUP_SYNC_TIMEOUT_S = 3.0  # slave: the sync from the master before serving is bounded by this
-MEMBER_REFRESH_S = 3.0  # master (acting-master mode): how often the group's slave addresses are re-read
+MEMBER_REFRESH_S = 3.0  # master: how often the group's slave addresses (offset forwarding) are re-read
 __all__ = ["FORWARDED", "HAService", "create", "merge_offsets"]
 
 
@@ -56,6 +58,7 @@ class HAService:
         cfg = ctx.config
         self.rconfig = ReplicationConfig(
             host=cfg.bind_address, port=cfg.ha_listen_port, batch_size=cfg.ha_transfer_batch_size,
+            cluster_secret=cfg.cluster_secret,
             heartbeat_ms=cfg.ha_send_heartbeat_interval, housekeeping_ms=cfg.ha_housekeeping_interval,
             fallbehind_max=cfg.ha_slave_fallbehind_max,
         )
@@ -81,6 +84,7 @@ class HAService:
             fallbehind_max=self.rconfig.fallbehind_max,
         )
         self.server = HAServer(store, self.master, self.rconfig, clock=env.clock)
+        ctx.offset_committed = self._on_pull_commit
         if cfg.broker_role == "SYNC_MASTER":
             master = self.master
             store.replica.set_policy(wait_ms=cfg.slave_timeout, gate_visibility=cfg.sync_master_confirm_visibility,
@@ -94,8 +98,7 @@ class HAService:
             out[int(RequestCode.EXCHANGE_BROKER_HA_INFO)] = self._adopt_master_ha_info
         else:
             out[int(RequestCode.EXCHANGE_BROKER_HA_INFO)] = self._exchange_ha_info
-            if self.ctx.config.enable_slave_acting_master:
-                out[int(RequestCode.UPDATE_CONSUMER_OFFSET)] = self._update_offset_on_master
+            out[int(RequestCode.UPDATE_CONSUMER_OFFSET)] = self._update_offset_on_master
         return out
 
     async def start(self) -> None:
@@ -109,8 +112,7 @@ class HAService:
 
     async def run(self) -> None:
         if self.client is None:
-            if self.ctx.config.enable_slave_acting_master:
-                await self._run_member_refresh_loop()
+            await self._run_member_refresh_loop()
             return
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.client.run(), name="ha client")
@@ -140,12 +142,27 @@ class HAService:
 
     # ---- master: forwarding consumer offsets to the slaves -----------------------------------------------
     def _update_offset_on_master(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
-        resp = self._update_offset(conn, cmd)
         ext = cmd.ext_fields or {}
-        if ext.get(FORWARDED) != "true" and (resp is None or resp.code == ResponseCode.SUCCESS):
-            for addr in self.slave_addrs:
-                self._spawn_forward(addr, ext)
+        if is_forwarded(ext):  # a commit a slave took: kept only if newer than ours
+            return self._take_forwarded(cmd, ext)
+        resp = self._update_offset(conn, cmd)
+        commit = _commit_of(ext)
+        if commit is not None and self.slave_addrs and (resp is None or resp.code == ResponseCode.SUCCESS):
+            self.forwarder.forward_commit(self.slave_addrs, ext, self.ctx.offsets.stamp(*commit[:3]))
         return resp
+
+    def _on_pull_commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """ctx.offset_committed: an offset committed inside a PULL goes to the slaves too (coalesced per queue)."""
+        if self.slave_addrs:
+            self.forwarder.forward_coalesced(lambda: self.slave_addrs, group, topic, queue_id, offset,
+                                             self.ctx.offsets.stamp(group, topic, queue_id))
+
+    def _take_forwarded(self, cmd: RemotingCommand, ext: dict[str, str]) -> RemotingCommand | None:
+        commit = _commit_of(ext)
+        if commit is None:
+            return None if cmd.is_oneway else cmd.response(ResponseCode.SYSTEM_ERROR, "bad UPDATE_CONSUMER_OFFSET")
+        self.ctx.offsets.commit_if_newer(*commit, forwarded_stamp(ext))
+        return None if cmd.is_oneway else cmd.response()
 
     async def _run_member_refresh_loop(self) -> None:
         while True:
@@ -254,18 +271,15 @@ class HAService:
     # ---- slave: consumer offsets ---------------------------------------------------------------------
     def _update_offset_on_slave(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
         ext = cmd.ext_fields or {}
-        try:
-            group, topic = ext["consumerGroup"], ext["topic"]
-            queue_id, offset = int(ext["queueId"]), int(ext["commitOffset"])
-        except (KeyError, ValueError):
+        if is_forwarded(ext):  # from the master: kept only if newer (forwards may arrive out of order)
+            return self._take_forwarded(cmd, ext)
+        commit = _commit_of(ext)
+        if commit is None:
             return None if cmd.is_oneway else cmd.response(ResponseCode.SYSTEM_ERROR, "bad UPDATE_CONSUMER_OFFSET")
-        self.ctx.offsets.commit(group, topic, queue_id, offset)
-        if self.master_addr and ext.get(FORWARDED) != "true":
-            self._spawn_forward(self.master_addr, ext)
+        self.ctx.offsets.commit(*commit)
+        if self.master_addr:
+            self.forwarder.forward_commit([self.master_addr], ext, self.ctx.offsets.stamp(*commit[:3]))
         return None if cmd.is_oneway else cmd.response()
-
-    def _spawn_forward(self, addr: str, ext: dict[str, str]) -> None:
-        self.forwarder.forward(addr, ext)
 
     # ---- runtime info ----------------------------------------------------------------------------------
     def ha_runtime(self) -> dict[str, str]:
@@ -309,6 +323,14 @@ class HAService:
         for extra in self.ctx.runtime_extras:  # RIP-32: actingMaster, minBrokerId, ...
             table.update(extra())
         return cmd.response(body=KVTable(table).to_json())
+
+
+def _commit_of(ext: dict[str, str]) -> tuple[str, str, int, int] | None:
+    """(group, topic, queueId, offset) of UPDATE_CONSUMER_OFFSET ext fields; None when malformed."""
+    try:
+        return ext["consumerGroup"], ext["topic"], int(ext["queueId"]), int(ext["commitOffset"])
+    except (KeyError, ValueError):
+        return None
 
 
 def merge_offsets(local: dict[str, dict[int, int]], master: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:

@@ -17,11 +17,11 @@ from orbitmq.base.errors import OrbitMQError
 from orbitmq.broker.context import BrokerContext
 from orbitmq.broker.metadata.data_version import DataVersion, loads_lenient
 from orbitmq.broker.metadata.groups import decode_group_wrapper
-from orbitmq.broker.metadata.offset_versions import DelayOffsetTable
+from orbitmq.broker.metadata.offset_versions import DelayOffsetTable, version_of
+from orbitmq.broker.metadata.offsets import decode_offset_file, decode_offset_stamps
 from orbitmq.broker.metadata.topics import _decode_wrapper as decode_topic_wrapper
 from orbitmq.model.topic import TopicConfig
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from orbitmq.protocol.bodies import ConsumerOffsetSerializeWrapper
 from orbitmq.protocol.bodies.admin import DelayOffsetSerializeWrapper
 from orbitmq.protocol.bodies.register import DataVersion as WireDataVersion
 from orbitmq.remoting import RemotingClient
@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_MS = 3000
 # ext field on a forwarded UPDATE_CONSUMER_OFFSET (master <-> slave): store it, do not forward it again
 FORWARDED = "orbitForwarded"
+# ext field on a forwarded UPDATE_CONSUMER_OFFSET: the commit's stamp (metadata/offsets.py), so the receiver keeps
+# the newer of its value and the forwarded one whatever the order of arrival
+STAMP = "orbitOffsetStamp"
+PULL_COMMIT_FLUSH_MS = 100  # offsets committed inside PULLs reach the other members within this (coalesced)
 
 
 async def fetch_body(client: RemotingClient, addr: str, code: int) -> bytes | None:
@@ -95,8 +99,9 @@ async def pull_offsets_from(ctx: BrokerContext, client: RemotingClient, addr: st
     got_consumer = got_delay = False
     body = await fetch_body(client, addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
     if body is not None:
-        wrapper = ConsumerOffsetSerializeWrapper.from_json(body)
-        ctx.offsets.merge_from(wrapper.offset_table, local_version(wrapper.data_version))
+        obj = loads_lenient(body)
+        table, version = decode_offset_file(obj)
+        ctx.offsets.merge_from(table, version if version_of(obj) is not None else None, decode_offset_stamps(obj))
         got_consumer = True
     body = await fetch_body(client, addr, RequestCode.GET_ALL_DELAY_OFFSET)
     if body is not None:
@@ -157,6 +162,30 @@ class OffsetForwarder:
         self.forwarded = 0
         self.failures = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._coalesced: dict[tuple[str, str, int], tuple[int, int]] = {}  # (group, topic, queue) -> offset, stamp
+        self._coalesced_to: Callable[[], list[str]] = list
+
+    def forward_commit(self, addrs: list[str], ext: dict[str, str], stamp: int) -> None:
+        """A commit made here (UPDATE_CONSUMER_OFFSET ext fields) to each of `addrs`, with its stamp."""
+        for addr in addrs:
+            self.forward(addr, {**ext, STAMP: str(stamp)} if stamp > 0 else ext)
+
+    def forward_coalesced(self, addrs: Callable[[], list[str]], group: str, topic: str, queue_id: int, offset: int,
+                          stamp: int) -> None:
+        """A commit made inside a PULL (a consumer commits in every pull): coalesced per queue, the latest sent to
+        addrs() every PULL_COMMIT_FLUSH_MS."""
+        first = not self._coalesced
+        self._coalesced[(group, topic, queue_id)] = (offset, stamp)
+        self._coalesced_to = addrs
+        if first:
+            asyncio.get_running_loop().call_later(PULL_COMMIT_FLUSH_MS / 1000, self._flush_coalesced)
+
+    def _flush_coalesced(self) -> None:
+        commits, self._coalesced = self._coalesced, {}
+        addrs = self._coalesced_to()
+        for (group, topic, queue_id), (offset, stamp) in commits.items():
+            ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": str(offset)}
+            self.forward_commit(addrs, ext, stamp)
 
     def forward(self, addr: str, ext: dict[str, str]) -> None:
         task = asyncio.get_running_loop().create_task(self._send(addr, {**ext, FORWARDED: "true"}))
@@ -179,3 +208,11 @@ class OffsetForwarder:
 
 def is_forwarded(ext: dict[str, Any]) -> bool:
     return ext.get(FORWARDED) == "true"
+
+
+def forwarded_stamp(ext: dict[str, Any]) -> int:
+    """The commit stamp a forwarded UPDATE_CONSUMER_OFFSET carries (0: none, e.g. from an older member)."""
+    try:
+        return int(ext.get(STAMP) or 0)
+    except (TypeError, ValueError):
+        return 0

@@ -2,8 +2,8 @@
 
 While a master is down, its consumers go on committing offsets on the slave (acting master, or offsets forwarded to
 it) and an acting slave advances the delay offsets. A master that came back and served its own older copies would
-roll those offsets back (mass re-consumption). So a MASTER with enableSlaveActingMaster and not skipPreOnline, at
-start and before it registers or answers any request:
+roll those offsets back (mass re-consumption). So a MASTER (classic replication; with or without
+enableSlaveActingMaster) and not skipPreOnline, at start and before it registers or answers any request:
   1. reads its group's live members from the name servers (GET_BROKER_MEMBER_GROUP 901; cluster info fallback);
   2. no live slave → online at once; else, per slave: EXCHANGE_BROKER_HA_INFO (906) with masterHaAddress,
      masterAddress, masterFlushOffset (the slave adopts that HA address and reconnects now), then waits (bounded)
@@ -174,8 +174,10 @@ class PreOnlineService:
 
 
 def enabled(cfg: Any) -> bool:
-    """Pre-online runs on a master of an acting-master group unless skipPreOnline."""
-    return (not cfg.is_slave) and bool(cfg.enable_slave_acting_master) and not cfg.skip_pre_online
+    """Pre-online runs on every classic master (acting-master group or not: offsets committed on a slave while the
+    master was down must never be rolled back) unless skipPreOnline. Controller mode has its own hand-over."""
+    dynamic = cfg.enable_controller_mode or bool(getattr(cfg, "dynamic_role", False))
+    return (not cfg.is_slave) and not dynamic and not cfg.skip_pre_online
 
 
 def create(ctx: BrokerContext, env: ServiceEnv) -> PreOnlineService | None:

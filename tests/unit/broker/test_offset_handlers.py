@@ -122,9 +122,11 @@ def test_get_all_consumer_offset_body(env: Env) -> None:
     env.ctx.offsets.commit("G", "T", 3, 9)
     resp = env.call(RequestCode.GET_ALL_CONSUMER_OFFSET)
     assert resp.code == ResponseCode.SUCCESS
-    assert resp.body.endswith(b',"offsetTable":{"T@G":{0:5,3:9}}}')  # 5.x form: dataVersion first (C: RIP-32)
+    assert resp.body.startswith(b'{"dataVersion":')  # 5.x form: dataVersion first (C: RIP-32)
+    assert b',"offsetTable":{"T@G":{0:5,3:9}},"offsetStamps":{"T@G":{0:' in resp.body  # + commit stamps (OrbitMQ)
     body = fastjson.loads(resp.body)
     assert body["offsetTable"] == {"T@G": {0: 5, 3: 9}} and set(body["dataVersion"]) == {"counter", "timestamp"}
+    assert set(body["offsetStamps"]["T@G"]) == {0, 3}
 
 
 # ---- queue offsets ---------------------------------------------------------------------------------------
