@@ -14,33 +14,35 @@ from pathlib import Path
 
 import orjson
 import pytest
+from click.testing import CliRunner
 
+from orbitmq.cli.main import main
 from orbitmq.client import Message, Producer
-from orbitmq.testing.procs import REPO_ROOT, ServerProcess, free_broker_port, free_port, write_standalone_conf
-from tests.integration.test_cli import assert_one_line_error, cli, wait_for_banner, wait_for_route
+from orbitmq.testing.procs import REPO_ROOT, free_port
+from tests.integration.test_cli import (  # noqa: F401 - standalone is a fixture (this module gets its own server)
+    assert_one_line_error,
+    cli,
+    standalone,
+    wait_for_banner,
+    wait_for_route,
+)
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    d = tmp_path_factory.mktemp("admin")
-    ns_port, broker_port = free_port(), free_broker_port()
-    conf = write_standalone_conf(d, ns_port, broker_port)
-    proc = ServerProcess.cli(["standalone", "-c", str(conf)], d / "server.log", ports=[ns_port, broker_port],
-                             name="standalone")
-    proc.start()
+def server(request: pytest.FixtureRequest):
+    proc, ns, broker, _ = request.getfixturevalue("standalone")
     wait_for_banner(proc)
-    ns, broker = f"127.0.0.1:{ns_port}", f"127.0.0.1:{broker_port}"
     assert cli("updateTopic", "-t", "AdmT", "-c", "DefaultCluster", "-r", "2", "-w", "2", namesrv=ns).returncode == 0
     wait_for_route("AdmT", ns, 2)
-    yield proc, ns, broker
-    assert proc.terminate(20) == 0, proc.log_tail()
+    return proc, ns, broker
 
 
 def js(*args: str, namesrv: str) -> object:
-    res = cli(*args, "--json", namesrv=namesrv)
-    assert res.returncode == 0, (args, res.stdout, res.stderr)
+    """`orbitmq ARGS --json -n NAMESRV` in this process (no interpreter start per command), parsed."""
+    res = CliRunner().invoke(main, [*args, "--json", "-n", namesrv])
+    assert res.exit_code == 0, (args, res.stdout, res.stderr)
     return orjson.loads(res.stdout)
 
 

@@ -7,6 +7,8 @@ import asyncio
 import threading
 from collections.abc import Callable
 
+from click.testing import CliRunner, Result
+
 from orbitmq.protocol import RemotingCommand, ResponseCode
 from orbitmq.remoting import RemotingServer
 
@@ -45,3 +47,10 @@ class FakeServer:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         self._loop.close()
+
+
+def run(*args: str) -> Result:
+    """`orbitmq ARGS...` in-process (stdout and stderr kept apart)."""
+    from orbitmq.cli.main import main
+
+    return CliRunner().invoke(main, list(args))

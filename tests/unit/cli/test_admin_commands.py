@@ -3,14 +3,9 @@ clusterList shows lease-mode columns, brokerStatus picks the only broker (and re
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import orjson
-import pytest
-from click.testing import CliRunner, Result
 
 from orbitmq.cli.admin import LEASE_COLUMNS, lease_columns
-from orbitmq.cli.main import main
 from orbitmq.model import MessageQueue
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies import (
@@ -23,21 +18,9 @@ from orbitmq.protocol.bodies import (
     TopicRouteData,
 )
 from orbitmq.testing.procs import free_port
-from tests.unit.cli.fake_remoting import FakeServer
+from tests.unit.cli.fake_remoting import FakeServer, run
 
 C = RequestCode
-
-
-@pytest.fixture
-def servers() -> Iterator[list[FakeServer]]:
-    made = [FakeServer() for _ in range(3)]
-    yield made
-    for s in made:
-        s.close()
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
 
 
 def stats_reply(broker: str, broker_offset: int, consumer_offset: int):

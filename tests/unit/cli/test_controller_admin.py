@@ -3,14 +3,9 @@ bodies), leader discovery and CONTROLLER_NOT_LEADER retries, the tables they pri
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import orjson
-import pytest
-from click.testing import CliRunner, Result
 
 from orbitmq.cli.controller_admin import epoch_columns, leader_hint, split_list, sync_state_rows
-from orbitmq.cli.main import main
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies import BrokerData, ClusterInfo, KVTable
 from orbitmq.protocol.bodies.controller import (
@@ -26,21 +21,9 @@ from orbitmq.protocol.bodies.controller import (
     broker_names_from_body,
 )
 from orbitmq.testing.procs import free_port
-from tests.unit.cli.fake_remoting import FakeServer
+from tests.unit.cli.fake_remoting import FakeServer, run
 
 C = RequestCode
-
-
-@pytest.fixture
-def servers() -> Iterator[list[FakeServer]]:
-    made = [FakeServer() for _ in range(3)]
-    yield made
-    for s in made:
-        s.close()
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
 
 
 def meta(leader: FakeServer | None, me: FakeServer, group: str = "group1"):
