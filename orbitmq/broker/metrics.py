@@ -158,6 +158,10 @@ class BrokerMetrics:
                      ((k, t[0]) for k, t in rows_out))
         fams.counter("rocketmq_throughput_out_total", "Bytes pulled by consumers, per topic and group", labels_out,
                      ((k, t[1]) for k, t in rows_out))
+        fams.counter("rocketmq_send_to_dlq_messages_total", "Messages moved to the group's DLQ (retries used up)",
+                     ("topic", "consumer_group", "is_retry", "is_system"),
+                     (((topic, group, _is_retry(topic), is_system(topic, group, ctx)), n)
+                      for (topic, group), n in stats.dlq.items()))
 
     def _consumers(self, ctx: BrokerContext, fams: _Families) -> None:
         """Lag as consumerProgress computes it (sum over the topic's read queues of broker max offset - committed

@@ -28,7 +28,7 @@ _REWRITTEN_TOPICS = {"RMQ_SYS_TRANS_HALF_TOPIC": "transaction", "SCHEDULE_TOPIC_
 class BrokerStats:
     __slots__ = ("put_msgs_total", "put_bytes_total", "get_msgs_total", "get_bytes_total", "get_found_total",
                  "get_miss_total", "_buckets", "_sec", "_clock", "_ns", "_today", "_today_morning",
-                 "_yesterday_morning", "_today_fn", "counters", "topic_in", "special_in", "limits_hit")
+                 "_yesterday_morning", "_today_fn", "counters", "topic_in", "special_in", "limits_hit", "dlq")
 
     def __init__(self, clock_ms: Callable[[], int] = monotonic_ms, today: Callable[[], date] = date.today) -> None:
         self.put_msgs_total = 0
@@ -43,6 +43,7 @@ class BrokerStats:
         # (real topic, "transaction" | "delay") -> [messages, bytes]: sends moved to a system topic by a hook
         self.special_in: dict[tuple[str, str], list[int]] = {}
         self.limits_hit: dict[str, int] = {}  # bound name -> times a request or a table hit it
+        self.dlq: dict[tuple[str, str], int] = {}  # (original topic, group) -> messages moved to %DLQ%<group>
         # _buckets[series][sec % WINDOW] = count in that second
         self._buckets = [[0] * _WINDOW_S for _ in range(_NSERIES)]
         self._clock = clock_ms
@@ -106,6 +107,16 @@ class BrokerStats:
                 return t
         t = table[topic] = [0, 0]
         return t
+
+    def on_dlq(self, topic: str, group: str) -> None:
+        """A consumer's send-back went to the group's DLQ (the retries were used up)."""
+        key = (topic, group)
+        n = self.dlq.get(key)
+        if n is None and len(self.dlq) >= MAX_TOPICS:
+            self.limit_hit("metricsDlq")
+            key = (OTHER_TOPIC, group)
+            n = self.dlq.get(key)
+        self.dlq[key] = (n or 0) + 1
 
     def limit_hit(self, name: str) -> None:
         """Count a request or table that hit the bound `name` (exported as orbitmq_limits_hit_total)."""

@@ -33,6 +33,7 @@ from orbitmq.testing.procs import (
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 TOPIC, GROUP = "MetricsT", "G_metrics"
+DLQ_TOPIC = "MetricsDlqT"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
@@ -133,6 +134,28 @@ def test_broker_metrics_rise_under_load_and_lag_matches_consumer_progress(tmp_pa
             assert value(s4, "orbitmq_acting_master") == 0
             assert 0 <= value(s4, "orbitmq_storage_disk_ratio") <= 1
             assert value(s4, "rocketmq_broker_permission") == 6
+            # a group that fails every message with no retries left: each goes to its DLQ, counted per topic/group
+            async with Producer("G_metrics_pg", namesrv=sa.namesrv_addr) as p:
+                for _ in range(3):
+                    assert (await p.send(Message(DLQ_TOPIC, body, {}))).status == SendStatus.SEND_OK
+            d = PushConsumer("G_metrics_dlq", namesrv=sa.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                             max_reconsume_times=0)
+            d.subscribe(DLQ_TOPIC, "*", lambda msgs: ConsumeResult.RECONSUME_LATER)
+            await d.start()
+            try:
+                s5: Samples = {}
+
+                def three_in_dlq() -> bool:
+                    nonlocal s5
+                    s5 = scrape(mport)
+                    return any(n == "rocketmq_send_to_dlq_messages_total" and ("topic", DLQ_TOPIC) in ls and v == 3
+                               for (n, ls), v in s5.items())
+
+                await _wait(three_in_dlq, 60, "3 messages in the DLQ")
+                assert value(s5, "rocketmq_send_to_dlq_messages_total", topic=DLQ_TOPIC,
+                             consumer_group="G_metrics_dlq") == 3
+            finally:
+                await d.shutdown()
 
         asyncio.run(run())
     finally:

@@ -133,6 +133,8 @@ class RetryService:
             return self._error(req, ResponseCode.SYSTEM_ERROR, result.status.name)
         self.send_back_nums += 1
         ctx.stats.on_put(1, result.wrote_bytes)
+        if inner.topic.startswith(DLQ_PREFIX):  # rocketmq_send_to_dlq_messages_total{topic, consumer_group}
+            ctx.stats.on_dlq(inner.properties.get(Prop.RETRY_TOPIC) or msg.topic, group)
         return req.response(ResponseCode.SUCCESS)
 
     def retry_message(self, msg: MessageExt, topic: str, queue_id: int, origin_msg_id: str | None) -> MessageInner:

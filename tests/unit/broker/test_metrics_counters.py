@@ -165,3 +165,12 @@ def test_exporter_keys_in_broker_conf() -> None:
         check_exporter_config("OTLP_GRPC", 5557)
     with pytest.raises(ConfigError, match="metricsPromExporterPort"):
         check_exporter_config("PROM", 70000)
+
+
+def test_dlq_moves_count_per_topic_and_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stats_mod, "MAX_TOPICS", 2)
+    s = BrokerStats()
+    for topic, group in (("A", "G"), ("A", "G"), ("B", "G"), ("C", "H"), ("D", "H")):
+        s.on_dlq(topic, group)
+    assert s.dlq == {("A", "G"): 2, ("B", "G"): 1, (OTHER_TOPIC, "H"): 2}
+    assert s.limits_hit == {"metricsDlq": 2}
