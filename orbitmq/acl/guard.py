@@ -16,6 +16,7 @@ from typing import Any
 from orbitmq.acl.config import AclConfigError, parse_plain_acl
 from orbitmq.acl.validator import AclDenied, PlainAclValidator
 from orbitmq.protocol import RemotingCommand, ResponseCode
+from orbitmq.protocol.acl_sign import cluster_credentials
 
 log = logging.getLogger("orbitmq.acl")
 
@@ -36,14 +37,16 @@ def _parse(path: str, data: bytes) -> Any:
 
 
 class AclGuard:
-    def __init__(self, path: str) -> None:
-        """Loads `path` now; AclConfigError (one line) when it cannot be read or parsed."""
+    def __init__(self, path: str, cluster_secret: str = "") -> None:
+        """Loads `path` now; AclConfigError (one line) when it cannot be read or parsed. `cluster_secret`:
+        requests signed with it (other brokers of the cluster) pass without an account."""
         self.path = path
         try:
             data = _read(path)
         except OSError as e:
             raise AclConfigError(f"cannot read ACL file {path} (aclFilePath): {e.strerror or e}") from None
-        self.validator = PlainAclValidator(_parse(path, data))
+        self.validator = PlainAclValidator(_parse(path, data),
+                                           cluster_credentials(cluster_secret) if cluster_secret else None)
         self._digest = hashlib.sha256(data).digest()
         self._bad_digest: bytes | None = None
         log.info("ACL enabled: %s, %d accounts, %d global white patterns", path,

@@ -13,7 +13,15 @@ from orbitmq.acl.config import PUB, SUB, Account, PlainAclConfig, check_permissi
 from orbitmq.acl.resources import ADMIN_CODES, ResourceError, request_resources
 from orbitmq.base.errors import OrbitMQError
 from orbitmq.protocol import RemotingCommand
-from orbitmq.protocol.acl_sign import ACCESS_KEY, SIGNATURE, signature_matches, signing_content
+from orbitmq.protocol.acl_sign import (
+    ACCESS_KEY,
+    CLUSTER_ACCESS_KEY,
+    SIGNATURE,
+    SessionCredentials,
+    signature_matches,
+    signed_with,
+    signing_content,
+)
 
 _RETRY = "%RETRY%"
 
@@ -27,12 +35,14 @@ def _describe(resource: str) -> str:
 
 
 class PlainAclValidator:
-    """Holds the current PlainAclConfig (replaced whole on reload: a request sees one version)."""
+    """Holds the current PlainAclConfig (replaced whole on reload: a request sees one version). `cluster`: the
+    cluster secret's credentials; a request signed with them comes from a broker of the cluster and is trusted."""
 
-    __slots__ = ("config",)
+    __slots__ = ("config", "cluster")
 
-    def __init__(self, config: PlainAclConfig) -> None:
+    def __init__(self, config: PlainAclConfig, cluster: SessionCredentials | None = None) -> None:
         self.config = config
+        self.cluster = cluster
 
     def validate(self, remote_addr: str, cmd: RemotingCommand) -> Account | None:
         """None when the address is globally white-listed, else the account the request acts as.
@@ -46,6 +56,10 @@ class PlainAclValidator:
         access_key = ext.get(ACCESS_KEY) if ext else None
         if not access_key:
             raise AclDenied(f"No accessKey is configured (ACL is enabled: sign requests; code {cmd.code})")
+        if access_key == CLUSTER_ACCESS_KEY and self.cluster is not None:
+            if signed_with(cmd, self.cluster):
+                return None
+            raise AclDenied("Check signature failed for the cluster secret")
         account = cfg.accounts.get(access_key)
         if account is None:
             raise AclDenied(f"No acl config for {access_key}")

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from orbitmq.acl.cluster import cluster_signer
 from orbitmq.acl.guard import AclGuard, resolve_acl_file
 from orbitmq.base.clock import REAL_CLOCK, Clock
 from orbitmq.base.errors import ConfigError
@@ -138,7 +139,8 @@ class Broker:
         offsets.load()
         clients = ClientRegistry(cfg.client_channel_max_idle_time_seconds * 1000, self.clock.now_ms)
         ctx = BrokerContext(cfg, store, topics, groups, offsets, clients, BrokerStats(), cfg.broker_addr)
-        self._client = RemotingClient(request_handler=self._on_outer_request, name="broker-outer")
+        self._client = RemotingClient(request_handler=self._on_outer_request, name="broker-outer",
+                                      sign=cluster_signer(cfg.cluster_secret))
         self.registration = BrokerRegistration(lambda: ctx.config, topics, self._client,
                                                lambda: _heartbeat_store_state(store))
         ctx.request_register = self.registration.request_soon
@@ -210,8 +212,8 @@ class Broker:
             return
         self._started = True
         cfg = self.config
-        self.acl = AclGuard(resolve_acl_file(cfg.acl_file_path, cfg.rocketmq_home, os.environ.get("ROCKETMQ_HOME"))
-                            ) if cfg.acl_enable else None  # a bad plain_acl.yml: ConfigError before anything binds
+        self.acl = AclGuard(resolve_acl_file(cfg.acl_file_path, cfg.rocketmq_home, os.environ.get("ROCKETMQ_HOME")),
+                            cfg.cluster_secret) if cfg.acl_enable else None  # bad plain_acl.yml: ConfigError now
         self.store = store = self._load_store()
         self._routers = [Router({}), Router({})]
         for r in self._routers:

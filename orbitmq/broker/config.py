@@ -99,6 +99,7 @@ class BrokerConfig:
     acl_file_path: str = _opt("")  # "" -> <rocketmqHome>/conf/plain_acl.yml
     rocketmq_home: str = _opt("")  # "" -> $ROCKETMQ_HOME (only used to find plain_acl.yml)
     bind_address: str = _opt("0.0.0.0")  # the interface the main, VIP and HA ports listen on (brokerIP1 is advertised)
+    cluster_secret: str = _opt("")  # sign requests to name servers/brokers, prove it to the HA port ("" = off)
     # transactions (used by the transaction service when it lands)
     transaction_timeout: int = _opt(6000, hot=True)
     transaction_check_max: int = _opt(15, hot=True)

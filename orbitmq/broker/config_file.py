@@ -64,6 +64,7 @@ BROKER_KEYS: dict[str, str] = {
     "aclFilePath": "acl_file_path",
     "rocketmqHome": "rocketmq_home",
     "bindAddress": "bind_address",
+    "clusterSecret": "cluster_secret",
     "transactionTimeOut": "transaction_timeout",
     "transactionCheckMax": "transaction_check_max",
     "transactionCheckInterval": "transaction_check_interval",
@@ -153,6 +154,9 @@ IGNORED_KEYS = frozenset({
     "pullThreadPoolQueueCapacity", "waitTimeMillsInSendQueue", "waitTimeMillsInPullQueue", "fetchNamesrvAddrByAddressServer",
     "enableDLegerCommitLog", "slaveReadEnableForDLeger",
 })
+
+SECRET_FIELDS = frozenset({"cluster_secret"})
+
 
 def _resolve_dir(path: str, base_dir: str | None) -> str:
     """A directory key of broker.conf: ~ expanded, relative to the file's directory (or the working directory)."""
@@ -287,6 +291,8 @@ def to_properties(broker: BrokerConfig, store: Any | None = None) -> dict[str, s
             value = getattr(obj, name, None)
             if value is None:
                 continue
+            if name in SECRET_FIELDS and value:
+                value = "******"  # GET_BROKER_CONFIG must not hand the secret out
             out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
     return out
 

@@ -91,7 +91,8 @@ def standalone_command(config_path: str | None, data_dir: str | None, namesrv_po
     kv_path = resolve_path(extra["kvConfigPath"], conf_dir(config_path)) if extra.get("kvConfigPath") and \
         config_path else os.path.join(os.path.dirname(settings.store.store_path_root_dir), "namesrv", "kvConfig.json")
     ns_cfg, _ = load_namesrv_settings(None, port=ns_port, kv_config_path=os.path.abspath(os.path.expanduser(kv_path)))
-    ns_cfg = dataclasses.replace(ns_cfg, listen_host=settings.broker.bind_address)  # bindAddress: both servers
+    ns_cfg = dataclasses.replace(ns_cfg, listen_host=settings.broker.bind_address,  # bindAddress: both servers
+                                 cluster_secret=settings.broker.cluster_secret)
     print_warnings(settings.warnings)
     check_writable_dir(settings.store.store_path_root_dir, "store path")
     check_writable_dir(os.path.dirname(ns_cfg.kv_config_path), "name server KV directory")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from orbitmq.acl.cluster import cluster_guarded
 from orbitmq.base.clock import REAL_CLOCK, Clock
 from orbitmq.base.prom import prom_enabled
 from orbitmq.namesrv.config import NamesrvConfig
@@ -31,7 +32,8 @@ class NameServer:
         self.liveness = BrokerLiveness(self.table, config.scan_not_active_broker_interval_ms, clock,
                                        on_change=self.handlers.after_mutation)
         self.server = RemotingServer(
-            self.handlers, config.listen_host, config.listen_port, name="namesrv",
+            cluster_guarded(self.handlers, config.cluster_secret), config.listen_host, config.listen_port,
+            name="namesrv",
             on_close=self._on_connection_closed,
             idle_timeout_s=config.server_channel_max_idle_time_seconds,
         )

@@ -42,6 +42,8 @@ class NamesrvConfig:
     metrics_exporter_type: str = "DISABLE"
     metrics_prom_exporter_host: str = ""  # "" -> listenHost
     metrics_prom_exporter_port: int = 5557
+    # REGISTER/UNREGISTER_BROKER, BROKER_HEARTBEAT, QUERY_DATA_VERSION need this secret's signature ("" = off)
+    cluster_secret: str = ""
 
     def validate(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -60,6 +62,7 @@ CONF_KEYS: dict[str, str] = {
     "listenPort": "listen_port",
     "listenHost": "listen_host",
     "bindAddress": "listen_host",
+    "clusterSecret": "cluster_secret",
     "scanNotActiveBrokerInterval": "scan_not_active_broker_interval_ms",
     "brokerChannelExpiredTime": "broker_channel_expired_time_ms",
     "orderMessageEnable": "order_message_enable",

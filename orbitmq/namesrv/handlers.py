@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[object, RemotingCommand], RemotingCommand]
 
 # keys UPDATE_NAMESRV_CONFIG may not change at runtime (Java's configBlackList plus the listen socket)
-_NOT_UPDATABLE = frozenset({"listen_port", "listen_host", "kv_config_path", "rocketmq_home"})
+_NOT_UPDATABLE = frozenset({"listen_port", "listen_host", "kv_config_path", "rocketmq_home", "cluster_secret"})
 
 # requests that may change what GET_ROUTEINFO_BY_TOPIC answers or a group's membership: after each one the
 # queued min-id notices (905) go out and watched routes are re-checked
@@ -363,6 +363,8 @@ class NamesrvHandlers:
             value = getattr(self.config, f.name)
             key = by_field.get(f.name, f.name)
             text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            if f.name == "cluster_secret" and value:
+                text = "******"  # never handed out
             lines.append(f"{key}={text}\n")
         return cmd.response(body="".join(lines).encode())
 

@@ -24,6 +24,8 @@ SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
 ONS_CHANNEL = "OnsChannel"  # sent (and signed) by the C++ and older Java clients; not interpreted
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # never part of the signed content
+# OrbitMQ servers sign what they send each other with this access key and the cluster secret (clusterSecret)
+CLUSTER_ACCESS_KEY = "OrbitMQCluster"
 _UNSIGNED = frozenset({SIGNATURE, UNIQUE_KEY_QUERY})
 
 
@@ -71,6 +73,19 @@ def signature_matches(content: bytes, secret_key: str, signature: str | None) ->
         return False
     return hmac.compare_digest(calc_signature(content, secret_key).encode("ascii"),
                                signature.encode("utf-8", "surrogatepass"))
+
+
+def cluster_credentials(secret: str) -> SessionCredentials:
+    """What brokers sign with when a cluster secret is configured (name servers and ACL brokers verify it)."""
+    return SessionCredentials(CLUSTER_ACCESS_KEY, secret)
+
+
+def signed_with(cmd: RemotingCommand, creds: SessionCredentials) -> bool:
+    """`cmd` carries creds' access key and a valid signature made with creds' secret."""
+    ext = cmd.ext_fields
+    if not ext or ext.get(ACCESS_KEY) != creds.access_key:
+        return False
+    return signature_matches(signing_content(ext, cmd.body), creds.secret_key, ext.get(SIGNATURE))
 
 
 def sign_request(cmd: RemotingCommand, creds: SessionCredentials) -> RemotingCommand:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from orbitmq.base.errors import RemotingConnectError, RemotingTimeoutError
 from orbitmq.protocol import RemotingCommand
@@ -39,8 +40,10 @@ class RemotingClient:
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         name: str = "client",
+        sign: Callable[[RemotingCommand], object] | None = None,
     ) -> None:
         self._handler = request_handler
+        self._sign = sign  # applied to every request sent (e.g. the cluster secret's signature)
         self.connect_timeout_ms = connect_timeout_ms
         self._idle_timeout_s = idle_timeout_s
         self._max_frame_size = max_frame_size
@@ -112,6 +115,8 @@ class RemotingClient:
             del self._conns[addr]
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000) -> RemotingCommand:
+        if self._sign is not None:
+            self._sign(cmd)
         conn = self._conns.get(addr)
         if conn is not None and not conn.closed and not self._closed:  # hot path: connected already
             return await conn.invoke(cmd, timeout_ms)
@@ -124,6 +129,8 @@ class RemotingClient:
         return await conn.invoke(cmd, remaining_ms)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        if self._sign is not None:
+            self._sign(cmd)
         conn = await self.get_connection(addr)
         conn.invoke_oneway(cmd)
 

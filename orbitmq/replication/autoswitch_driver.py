@@ -33,6 +33,7 @@ from orbitmq.replication.autoswitch_frames import (
 from orbitmq.replication.autoswitch_master import AutoSwitchMaster, Chunk, LogBounds, MasterConfig
 from orbitmq.replication.autoswitch_slave import AutoSwitchSlave, FrameVerdict
 from orbitmq.replication.epoch import EpochCache
+from orbitmq.replication.ha_auth import authenticated, prove
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class AutoSwitchConfig:
     reconnect_min_ms: int = 100
     reconnect_max_ms: int = 3_000
     handshake_retry_ms: int = 2_000  # wait after "no consistent point" before trying again
+    cluster_secret: str = ""  # set: a slave proves it before the handshake (ha_auth.py)
 
 
 class AutoSwitchHAServer:
@@ -101,6 +103,14 @@ class AutoSwitchHAServer:
         if master is None:  # not (or no longer) a master: refuse
             writer.close()
             return
+        secret = self.service.config.cluster_secret
+        if secret:
+            peer = writer.get_extra_info("peername")
+            if not await authenticated(reader, writer, secret, f"{peer[0]}:{peer[1]}" if peer else "?"):
+                return
+            if self.service.master is not master:  # the role changed while the peer answered
+                writer.close()
+                return
         cid = master.on_connect(self.clock.monotonic_ms())
         wake = asyncio.Event()
         self._wakers.add(wake)
@@ -230,6 +240,8 @@ class AutoSwitchHAClient:
         decoder = MasterStreamDecoder()
         got_data = False
         try:
+            if self.service.config.cluster_secret:
+                await prove(reader, writer, self.service.config.cluster_secret)
             writer.write(encode_slave_handshake(slave.on_connected(self.clock.monotonic_ms())))
             await writer.drain()
             while True:

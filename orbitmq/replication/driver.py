@@ -18,6 +18,7 @@ from orbitmq.base.clock import REAL_CLOCK, Clock
 from orbitmq.base.errors import OrbitMQError
 from orbitmq.replication.epoch import EpochCache
 from orbitmq.replication.frames import DataDecoder, ReportDecoder, encode_data, encode_report
+from orbitmq.replication.ha_auth import authenticated, prove
 from orbitmq.replication.master import HAMaster
 from orbitmq.replication.slave import HASlave, Verdict
 
@@ -37,6 +38,7 @@ class ReplicationConfig:
     fallbehind_max: int = 256 * 1024 * 1024  # haSlaveFallbehindMax
     reconnect_min_ms: int = 100
     reconnect_max_ms: int = 3_000
+    cluster_secret: str = ""  # set: a slave proves it before any data (ha_auth.py)
 
 
 class HAServer:
@@ -76,6 +78,9 @@ class HAServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if self.config.cluster_secret and not await authenticated(reader, writer, self.config.cluster_secret,
+                                                                  address):
+            return
         sid = self.master.on_connect(address, self.clock.monotonic_ms())
         wake = asyncio.Event()
         self._wakers.add(wake)
@@ -213,6 +218,8 @@ class HAClient:
         now = self.clock.monotonic_ms()
         slave.on_connected(now)
         try:
+            if self.config.cluster_secret:
+                await prove(reader, writer, self.config.cluster_secret)
             offset = store.max_phys_offset
             writer.write(encode_report(offset))
             slave.on_reported(offset, now)

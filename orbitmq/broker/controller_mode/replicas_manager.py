@@ -54,7 +54,7 @@ class ReplicasManager:
         self.clock = env.clock
         self.boot_ms = env.clock.now_ms()
         self.ha = AutoSwitchHAService(ctx.store, AutoSwitchConfig(
-            host=cfg.bind_address, port=cfg.ha_listen_port, batch_size=cfg.ha_transfer_batch_size, heartbeat_ms=cfg.ha_send_heartbeat_interval,
+            host=cfg.bind_address, port=cfg.ha_listen_port, cluster_secret=cfg.cluster_secret, batch_size=cfg.ha_transfer_batch_size, heartbeat_ms=cfg.ha_send_heartbeat_interval,
             housekeeping_ms=cfg.ha_housekeeping_interval, max_time_slave_not_catchup_ms=cfg.ha_max_time_slave_not_catchup,
             check_sync_state_set_period_ms=cfg.check_sync_state_set_period,
             all_ack_in_sync_state_set=cfg.all_ack_in_sync_state_set, in_sync_replicas=cfg.in_sync_replicas,
