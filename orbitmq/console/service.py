@@ -15,14 +15,14 @@ from typing import Any
 
 from orbitmq.base.clock import now_ms
 from orbitmq.base.errors import OrbitMQError
-from orbitmq.client import Producer
+from orbitmq.client import Admin, Producer
 from orbitmq.client.errors import QueryNotFoundError
+from orbitmq.console import queries
 from orbitmq.console.config import ConsoleConfig
-from orbitmq.console.queries import ConsoleQueries, SigningAdmin, is_system_group
-from orbitmq.model import Message, MessageExt, MessageQueue, Prop
+from orbitmq.console.queries import is_system_group
+from orbitmq.model import Message, MessageExt, Prop
 from orbitmq.model.enums import perm_to_string
 from orbitmq.model.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
-from orbitmq.protocol.acl_sign import SessionCredentials
 
 log = logging.getLogger(__name__)
 
@@ -143,18 +143,15 @@ class TpsSampler:
 class ConsoleService:
     def __init__(self, cfg: ConsoleConfig) -> None:
         self.cfg = cfg
-        # one client instance for all three (same name server, instance name and access key)
-        self.credentials = (SessionCredentials(cfg.access_key, cfg.secret_key)
-                            if cfg.access_key and cfg.secret_key else None)
-        self.admin = SigningAdmin(cfg.namesrv, instance_name=INSTANCE_NAME, credentials=self.credentials)
-        self.queries = ConsoleQueries(cfg.namesrv, instance_name=INSTANCE_NAME, credentials=self.credentials)
+        # with an access key every request is signed (RocketMQ ACL); admin and resend producer share one instance
+        self.admin = Admin(cfg.namesrv, instance_name=INSTANCE_NAME, access_key=cfg.access_key,
+                           secret_key=cfg.secret_key)
         self.sampler = TpsSampler()
         self._producer: Producer | None = None
         self._sampling: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.admin.start()
-        await self.queries.start()
         self._sampling = asyncio.create_task(self._sample_loop(), name="console-tps-sampler")
 
     async def close(self) -> None:
@@ -166,7 +163,6 @@ class ConsoleService:
         producer, self._producer = self._producer, None
         if producer is not None:
             await producer.shutdown()
-        await self.queries.close()
         await self.admin.close()
 
     # ---- TPS ------------------------------------------------------------------------------------------------
@@ -233,11 +229,7 @@ class ConsoleService:
         route = await self.admin.topic_route(topic)
         status = await self.admin.topic_status(topic)
         self.sampler.record(topic, sum(mx for _, _, mx, _ in status))
-        groups: set[str] = set()
-        for bd in route.broker_datas:
-            if 0 in bd.broker_addrs:
-                with contextlib.suppress(OrbitMQError):
-                    groups.update(await self.queries.topic_consumers(bd.broker_addrs[0], topic))
+        groups = await self._topic_groups(topic)
         return {
             "topic": topic, "kind": topic_kind(topic),
             "route": [{"brokerName": q.broker_name, "readQueues": q.read_queue_nums, "writeQueues": q.write_queue_nums,
@@ -247,7 +239,7 @@ class ConsoleService:
             "queues": [{"brokerName": mq.broker_name, "queueId": mq.queue_id, "minOffset": mn, "maxOffset": mx,
                         "messages": mx - mn, "lastUpdated": ts} for mq, mn, mx, ts in status],
             "messages": sum(mx - mn for _, mn, mx, _ in status),
-            "consumerGroups": sorted(g for g in groups if not is_system_group(g)),
+            "consumerGroups": groups,
             "tps": self.sampler.series(topic),
             "sampleIntervalSeconds": self.cfg.sample_interval_s,
         }
@@ -258,11 +250,18 @@ class ConsoleService:
         for _, _, bid, addr in await self.admin.cluster_brokers():
             if bid == 0:
                 with contextlib.suppress(OrbitMQError):
-                    names.update(await self.queries.subscription_groups(addr))
+                    names.update(await queries.subscription_groups(self.admin, addr))
         for t in await self.admin.topic_list():
             if t.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 names.add(t[len(RETRY_GROUP_TOPIC_PREFIX):])
         return sorted(g for g in names if not is_system_group(g))
+
+    async def _topic_groups(self, topic: str) -> list[str]:
+        """Consumer groups of a topic (online or holding offsets), system groups left out; [] when unknown."""
+        try:
+            return [g for g in await self.admin.topic_consumer_groups(topic) if not is_system_group(g)]
+        except OrbitMQError:
+            return []
 
     async def _connections(self, group: str) -> dict[str, Any] | None:
         try:
@@ -323,21 +322,15 @@ class ConsoleService:
 
     async def by_time(self, topic: str, begin_ms: int, end_ms: int) -> list[dict[str, Any]]:
         """Every queue's messages stored in [begin, end] (offsets found by time), newest first, capped."""
-        route = await self.admin.topic_route(topic)
         limit = self.cfg.max_messages
         found: list[tuple[str, MessageExt]] = []
-        for qd in route.queue_datas:
-            addr = next((bd.broker_addrs.get(0) for bd in route.broker_datas
-                         if bd.broker_name == qd.broker_name), None)
-            if addr is None:
-                continue
-            for qid in range(qd.read_queue_nums):
-                mq = MessageQueue(topic, qd.broker_name, qid)
-                begin = await self.queries.search_offset(addr, mq, begin_ms)
-                end = await self.queries.search_offset(addr, mq, end_ms + 1)
-                end = max(end, begin)
-                msgs = await self.queries.read_queue(addr, mq, max(begin, end - limit), end + 1, limit)
-                found.extend((qd.broker_name, m) for m in msgs if begin_ms <= m.store_timestamp <= end_ms)
+        for mq, addr in await self.admin.topic_queues(topic):
+            lo, hi = await self.admin.queue_range(mq, addr, begin_ms)
+            # the offset found for `end` is that of the last message stored up to then: inclusive
+            last, _ = await self.admin.queue_range(mq, addr, end_ms)
+            hi = min(hi, last + 1)
+            msgs = await queries.read_messages(self.admin, mq, addr, max(lo, hi - limit), hi, limit)
+            found.extend((mq.broker_name, m) for m in msgs if begin_ms <= m.store_timestamp <= end_ms)
         found.sort(key=lambda bm: bm[1].store_timestamp, reverse=True)
         return [message_json(m, name) for name, m in found[:limit]]
 
@@ -346,13 +339,8 @@ class ConsoleService:
         past it, else NOT_CONSUMED_YET; online tells whether any client of the group is connected."""
         if m.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
             return []
-        groups: set[str] = set()
-        for _, name, bid, addr in await self.admin.cluster_brokers():
-            if bid == 0 and (broker_name is None or name == broker_name):
-                with contextlib.suppress(OrbitMQError):
-                    groups.update(await self.queries.topic_consumers(addr, m.topic))
         out = []
-        for g in sorted(x for x in groups if not is_system_group(x)):
+        for g in await self._topic_groups(m.topic):
             progress, conns = await asyncio.gather(self._progress(g, m.topic), self._connections(g))
             row = next((p for p in progress if p["queueId"] == m.queue_id
                         and (broker_name is None or p["brokerName"] == broker_name)), None)
@@ -377,7 +365,7 @@ class ConsoleService:
             addr = names.get(mq.broker_name)
             if addr is None:
                 continue
-            for m in await self.queries.read_queue(addr, mq, max(mn, mx - limit), mx, limit):
+            for m in await queries.read_messages(self.admin, mq, addr, max(mn, mx - limit), mx, limit):
                 found.append(message_json(m, mq.broker_name))
         found.sort(key=lambda d: d["storeTimestamp"], reverse=True)
         return {"group": group, "topic": topic, "total": sum(mx - mn for _, mn, mx, _ in status),
@@ -423,7 +411,7 @@ class ConsoleService:
         leader: str | None = None
         for addr in self.cfg.controllers:
             try:
-                meta = await self.queries.controller_metadata(addr)
+                meta = await queries.controller_metadata(self.admin, addr)
             except OrbitMQError as e:
                 nodes.append({"addr": addr, "error": str(e)})
                 continue
@@ -437,7 +425,7 @@ class ConsoleService:
         error = None
         if leader and names:
             try:
-                info = await self.queries.sync_state_data(leader, names)
+                info = await queries.sync_state_data(self.admin, leader, names)
                 for name, ri in sorted(info.replicas_info_table.items()):
                     sync.append({"brokerName": name, "masterBrokerId": ri.master_broker_id,
                                  "masterAddress": ri.master_address, "masterEpoch": ri.master_epoch,

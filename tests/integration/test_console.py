@@ -242,6 +242,15 @@ def test_group_lag_goes_down_after_consuming(browser: Any, console: str, standal
     wait_for(lambda: cell(browser, "groups", "G_console_lag", "lag") == "0", "the groups list with lag 0")
     assert "ConsoleLagT" in (cell(browser, "groups", "G_console_lag", "topics") or "")
     shot(browser, "groups")
+    # reset by time to an hour ago (the form's default): the group has all 9 messages to consume again
+    from selenium.webdriver.common.by import By
+
+    go(browser, console + "/#/group/G_console_lag")
+    browser.find_element(By.CSS_SELECTOR, "#reset-offset button[type=submit]").click()
+    browser.switch_to.alert.accept()
+    wait_for(lambda: text(browser, "#reset-result").startswith("reset 4 queue(s)"), "the reset result")
+    wait_for(lambda: text(browser, "#group-lag") == "9" or click_refresh(browser), "lag 9 after the reset",
+             interval_s=0.5)
 
 
 def test_message_found_by_key_with_its_delivery(browser: Any, console: str, standalone: Standalone) -> None:
@@ -264,6 +273,10 @@ def test_message_found_by_key_with_its_delivery(browser: Any, console: str, stan
     assert text(browser, "#message-body") == "hello console order-4711"
     assert no_error(browser)
     shot(browser, "message")
+    # by time: the form's default range (the last hour) holds both messages of the topic
+    browser.find_element(By.CSS_SELECTOR, "#by-time button[type=submit]").click()
+    wait_for(lambda: text(browser, "#result-count") == "2 message(s)", "both messages found by time")
+    assert {"order-4711", "order-4712"} <= set(text(browser, "#messages").split())
 
 
 def test_dead_letter_resent_and_consumed_again(browser: Any, console: str, standalone: Standalone) -> None:
