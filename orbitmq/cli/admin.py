@@ -1,5 +1,6 @@
 """Admin commands modelled on RocketMQ's mqadmin: topics, clusters and brokers here; consumer/producer groups in
-admin_groups.py, messages in admin_messages.py (ADMIN_COMMANDS lists them all).
+admin_groups.py, messages in admin_messages.py, name-server settings in admin_config.py (ADMIN_COMMANDS lists them
+all).
 
 Every request goes through the SDK's admin client (orbitmq.client.Admin); these commands parse options and
 render tables (rich on a terminal, aligned text in pipes) or `--json`. A broker error becomes
@@ -366,10 +367,11 @@ TOPIC_AND_BROKER_COMMANDS = [update_topic, update_topic_perm, delete_topic, topi
 
 
 def _all_commands() -> list[click.Command]:
+    from orbitmq.cli.admin_config import CONFIG_COMMANDS
     from orbitmq.cli.admin_groups import GROUP_COMMANDS
     from orbitmq.cli.admin_messages import MESSAGE_COMMANDS
 
-    return [*TOPIC_AND_BROKER_COMMANDS, *GROUP_COMMANDS, *MESSAGE_COMMANDS]
+    return [*TOPIC_AND_BROKER_COMMANDS, *GROUP_COMMANDS, *MESSAGE_COMMANDS, *CONFIG_COMMANDS]
 
 
 ADMIN_COMMANDS = _all_commands()

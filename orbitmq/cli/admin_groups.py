@@ -1,5 +1,6 @@
 """mqadmin commands for consumer and producer groups: consumerProgress, consumerConnection, producerConnection,
-updateSubGroup, deleteSubGroup, resetOffsetByTime, cloneGroupOffset, brokerConsumeStats, statsAll."""
+updateSubGroup, deleteSubGroup, getConsumerConfig, resetOffsetByTime, skipAccumulatedMessage, cloneGroupOffset,
+brokerConsumeStats, statsAll."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from orbitmq.cli.admin_common import (
     progress,
     run_admin,
 )
-from orbitmq.client.admin_groups import GroupProgress
+from orbitmq.client.admin_groups import GroupProgress, subscription_group_body
 
 PROGRESS_COLUMNS = ["topic", "broker", "queue", "brokerOffset", "consumerOffset", "lag", "lastConsumed"]
 
@@ -115,34 +116,29 @@ def _targets_usage(cluster: str | None, broker_addr: str | None) -> None:
 @click.option("-g", "--group", required=True, help="consumer group")
 @click.option("-c", "--cluster", default=None, help="every master of this cluster")
 @click.option("-b", "--broker-addr", default=None, help="this broker (ip:port)")
-@click.option("-s", "--consume-enable", type=click.BOOL, default=True, show_default=True)
-@click.option("-m", "--consume-from-min-enable", type=click.BOOL, default=False, show_default=True)
-@click.option("-d", "--consume-broadcast-enable", type=click.BOOL, default=False, show_default=True)
-@click.option("-o", "--consume-message-orderly", type=click.BOOL, default=False, show_default=True)
-@click.option("-q", "--retry-queue-nums", type=int, default=1, show_default=True)
-@click.option("-r", "--retry-max-times", type=int, default=16, show_default=True)
-@click.option("-i", "--broker-id", type=int, default=0, show_default=True, help="consume from this broker id")
-@click.option("-w", "--which-broker-when-consume-slowly", type=int, default=1, show_default=True)
-@click.option("-a", "--notify-consumer-ids-changed", type=click.BOOL, default=True, show_default=True)
+@click.option("-s", "--consume-enable", type=click.BOOL, default=None, help="[true]")
+@click.option("-m", "--consume-from-min-enable", type=click.BOOL, default=None, help="[true]")
+@click.option("-d", "--consume-broadcast-enable", type=click.BOOL, default=None, help="[true]")
+@click.option("-o", "--consume-message-orderly", type=click.BOOL, default=None, help="[false]")
+@click.option("-q", "--retry-queue-nums", type=int, default=None, help="[1]")
+@click.option("-r", "--retry-max-times", type=int, default=None, help="[16]")
+@click.option("-i", "--broker-id", type=int, default=None, help="consume from this broker id [0]")
+@click.option("-w", "--which-broker-when-consume-slowly", type=int, default=None, help="[1]")
+@click.option("-a", "--notify-consumer-ids-changed-enable", type=click.BOOL, default=None, help="[true]")
 @common_options
-def update_sub_group(group: str, cluster: str | None, broker_addr: str | None, consume_enable: bool,
-                     consume_from_min_enable: bool, consume_broadcast_enable: bool, consume_message_orderly: bool,
-                     retry_queue_nums: int, retry_max_times: int, broker_id: int, which_broker_when_consume_slowly: int,
-                     notify_consumer_ids_changed: bool, namesrv: str, json_mode: bool, timeout_ms: int) -> None:
-    """Create or update a subscription group (consume switch, retries, ...)."""
+def update_sub_group(group: str, cluster: str | None, broker_addr: str | None, namesrv: str, json_mode: bool,
+                     timeout_ms: int, **settings: Any) -> None:
+    """Create or update a subscription group (consume switch, retries, ...); settings not given keep the
+    defaults shown in brackets, as mqadmin's."""
     _targets_usage(cluster, broker_addr)
     out = Output(json_mode)
+    given = {k: v for k, v in settings.items() if v is not None}
 
     async def action(s: AdminSession) -> None:
-        targets = await s.admin.update_sub_group(
-            group, cluster=cluster, broker_addr=broker_addr, consume_enable=consume_enable,
-            consume_from_min_enable=consume_from_min_enable, consume_broadcast_enable=consume_broadcast_enable,
-            consume_message_orderly=consume_message_orderly, retry_queue_nums=retry_queue_nums,
-            retry_max_times=retry_max_times, broker_id=broker_id,
-            which_broker_when_consume_slowly=which_broker_when_consume_slowly,
-            notify_consumer_ids_changed_enable=notify_consumer_ids_changed)
+        targets = await s.admin.update_sub_group(group, cluster=cluster, broker_addr=broker_addr, **given)
+        body = subscription_group_body(group, **given)
         out.table(f"updateSubGroup {group}", ["broker", "addr", "group", "consumeEnable", "retryMaxTimes", "result"],
-                  [[n or "-", a, group, consume_enable, retry_max_times, "OK"] for n, a in targets])
+                  [[n or "-", a, group, body["consumeEnable"], body["retryMaxTimes"], "OK"] for n, a in targets])
 
     run_admin(namesrv, timeout_ms, action)
 
@@ -191,6 +187,45 @@ def reset_offset_by_time(group: str, topic: str, when: str, force: bool, namesrv
         when_text = fmt_ms(ts) if ts > 0 else ("the latest offsets" if ts < 0 else "the oldest messages")
         out.table(f"reset {group} on {topic} to {when_text}", ["broker", "queue", "offset", "via"], rows,
                   numeric=("queue", "offset"))
+
+    run_admin(namesrv, timeout_ms, action)
+
+
+@click.command("skipAccumulatedMessage")
+@click.option("-g", "--group", required=True)
+@click.option("-t", "--topic", required=True)
+@click.option("-f", "--force", type=click.BOOL, default=True, show_default=True)
+@common_options
+def skip_accumulated_message(group: str, topic: str, force: bool, namesrv: str, json_mode: bool,
+                             timeout_ms: int) -> None:
+    """Move a group's offsets on a topic to the end of every queue (skip the backlog)."""
+    out = Output(json_mode)
+
+    async def action(s: AdminSession) -> None:
+        table = await s.admin.reset_offset_report(group, topic, -1, force=force)
+        out.table(f"skip backlog of {group} on {topic}", ["broker", "queue", "offset", "via"],
+                  [[mq.broker_name, mq.queue_id, off, "broker" if via else "offset commit"]
+                   for mq, (off, via) in table.items()], numeric=("queue", "offset"))
+
+    run_admin(namesrv, timeout_ms, action)
+
+
+@click.command("getConsumerConfig")
+@click.option("-g", "--group", required=True, help="consumer (subscription) group")
+@common_options
+def get_consumer_config(group: str, namesrv: str, json_mode: bool, timeout_ms: int) -> None:
+    """A subscription group's settings on every master that has it."""
+    out = Output(json_mode)
+
+    async def action(s: AdminSession) -> None:
+        found = await s.admin.subscription_group_configs(group)
+        if not found:
+            raise CliError(f"no master broker has subscription group {group!r}")
+        if json_mode:
+            out.json({addr: conf for _, addr, conf in found})
+            return
+        for name, addr, conf in found:
+            out.kv(f"{group} on {name} ({addr})", sorted(conf.items()))
 
     run_admin(namesrv, timeout_ms, action)
 
@@ -266,4 +301,5 @@ def stats_all(topic: str | None, active_topic: bool, namesrv: str, json_mode: bo
 
 
 GROUP_COMMANDS = [consumer_progress, consumer_connection, producer_connection, update_sub_group, delete_sub_group,
-                  reset_offset_by_time, clone_group_offset, broker_consume_stats, stats_all]
+                  get_consumer_config, reset_offset_by_time, skip_accumulated_message, clone_group_offset,
+                  broker_consume_stats, stats_all]

@@ -199,6 +199,17 @@ class AdminBase:
         await self.every_namesrv(RequestCode.DELETE_KV_CONFIG, {"namespace": namespace, "key": key},
                                  ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
 
+    async def namesrv_configs(self) -> dict[str, dict[str, str]]:
+        """GET_NAMESRV_CONFIG of every name server: addr -> key -> text."""
+        return {addr: parse_properties_text((resp.body or b"").decode("utf-8", errors="replace"))
+                for addr, resp in await self.every_namesrv(RequestCode.GET_NAMESRV_CONFIG)}
+
+    async def update_namesrv_config(self, props: dict[str, str]) -> list[tuple[str, str]]:
+        """UPDATE_NAMESRV_CONFIG (runtime only) on every name server: (addr, remark)."""
+        body = "".join(f"{k}={v}\n" for k, v in props.items()).encode()
+        return [(addr, (await self.request(addr, RequestCode.UPDATE_NAMESRV_CONFIG, body=body)).remark or "")
+                for addr in self.namesrv_addrs]
+
     async def wipe_write_perm(self, broker_name: str) -> list[tuple[str, int]]:
         """WIPE_WRITE_PERM_OF_BROKER on every name server: (name server, topics changed)."""
         return await self._write_perm(RequestCode.WIPE_WRITE_PERM_OF_BROKER, broker_name, "wipeTopicCount")

@@ -209,6 +209,17 @@ class GroupAdmin(AdminBase):
                                {"groupName": group, "removeOffset": remove_offset})
         return targets
 
+    async def subscription_group_configs(self, group: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """(broker name, master addr, SubscriptionGroupConfig JSON object) of the group on every master that has
+        it (GET_ALL_SUBSCRIPTIONGROUP_CONFIG)."""
+        out = []
+        for name, addr in await self.cluster_masters():
+            resp = await self.request(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+            table = (fastjson.loads(resp.body) or {}).get("subscriptionGroupTable") or {} if resp.body else {}
+            if group in table:
+                out.append((name, addr, dict(table[group])))
+        return out
+
     # ---- offsets ------------------------------------------------------------------------------------------
     async def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int, *, force: bool = True
                                    ) -> dict[MessageQueue, int]:

@@ -106,12 +106,17 @@ def test_groups_offsets_and_stats(server) -> None:
     mine = [r for r in stats["rows"] if r["topic"] == "AdmT" and r["group"] in ("AdmG", "AdmG2")]
     assert {r["group"] for r in mine} == {"AdmG", "AdmG2"}
     assert sum(r["consumerOffset"] for r in mine if r["group"] == "AdmG") == 3
+    skipped = js("skipAccumulatedMessage", "-g", "AdmG2", "-t", "AdmT", namesrv=ns)
+    assert js("consumerProgress", "-g", "AdmG2", "-t", "AdmT", namesrv=ns)["total"]["lag"] == 0
+    assert sum(r["offset"] for r in skipped) == dest["total"]["brokerOffset"]
     all_rows = js("statsAll", "-t", "AdmT", namesrv=ns)
     row = next(r for r in all_rows if r["group"] == "AdmG")
     assert row["messages"] >= 4 and row["accumulation"] == src["total"]["lag"]
 
     created = js("updateSubGroup", "-g", "AdmSub", "-c", "DefaultCluster", "-r", "3", namesrv=ns)
     assert created[0]["result"] == "OK"
+    conf = js("getConsumerConfig", "-g", "AdmSub", namesrv=ns)[broker]
+    assert (conf["retryMaxTimes"], conf["consumeEnable"], conf["consumeBroadcastEnable"]) == (3, True, True)
     assert js("deleteSubGroup", "-g", "AdmSub", "-b", broker, namesrv=ns)[0]["result"] == "deleted"
 
 
@@ -171,6 +176,16 @@ def test_brokers_config_perm_and_clusters(server) -> None:
     perm = js("updateTopicPerm", "-t", "AdmT", "-p", "4", "-b", broker, namesrv=ns)
     assert perm[0]["newPerm"] == "R--"
     assert js("updateTopicPerm", "-t", "AdmT", "-p", "6", "-c", "DefaultCluster", namesrv=ns)[0]["newPerm"] == "RW-"
+
+
+def test_namesrv_settings_and_kv_config(server) -> None:
+    _, ns, _ = server
+    assert js("getNamesrvConfig", namesrv=ns)[ns]["orderMessageEnable"] in ("true", "false")
+    assert js("updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "true", namesrv=ns)[0]["namesrv"] == ns
+    assert js("getNamesrvConfig", namesrv=ns)[ns]["orderMessageEnable"] == "true"
+    assert_one_line_error(cli("updateNamesrvConfig", "-k", "listenPort", "-v", "1", namesrv=ns), 1, "NO_PERMISSION")
+    assert js("updateKvConfig", "-s", "AdmNs", "-k", "k", "-v", "v", namesrv=ns)[0]["result"] == "OK"
+    assert js("deleteKvConfig", "-s", "AdmNs", "-k", "k", namesrv=ns)[0]["result"] == "deleted"
 
 
 def test_unreachable_namesrv_and_missing_route_fail_fast_with_one_line(server) -> None:
