@@ -179,16 +179,18 @@ def reset_offset_by_time(group: str, topic: str, when: str, force: bool, namesrv
     ts = parse_timestamp(when)
     out = Output(json_mode)
 
-    async def action(s: AdminSession) -> None:
-        table = await s.admin.reset_offset_report(group, topic, ts, force=force)
-        rows = [[mq.broker_name, mq.queue_id, off,
-                 "broker (consumers notified)" if via_broker else "offset commit (no consumer online)"]
-                for mq, (off, via_broker) in table.items()]
-        when_text = fmt_ms(ts) if ts > 0 else ("the latest offsets" if ts < 0 else "the oldest messages")
-        out.table(f"reset {group} on {topic} to {when_text}", ["broker", "queue", "offset", "via"], rows,
-                  numeric=("queue", "offset"))
+    run_admin(namesrv, timeout_ms, lambda s: _reset(s, out, group, topic, ts, force))
 
-    run_admin(namesrv, timeout_ms, action)
+
+async def _reset(s: AdminSession, out: Output, group: str, topic: str, ts: int, force: bool) -> None:
+    """Reset (ts -1: to the queue ends) and print a row per queue with the way it went."""
+    table = await s.admin.reset_offset_report(group, topic, ts, force=force)
+    rows = [[mq.broker_name, mq.queue_id, off,
+             "broker (consumers notified)" if via_broker else "offset commit (no consumer online)"]
+            for mq, (off, via_broker) in table.items()]
+    when_text = fmt_ms(ts) if ts > 0 else ("the latest offsets" if ts < 0 else "the oldest messages")
+    out.table(f"reset {group} on {topic} to {when_text}", ["broker", "queue", "offset", "via"], rows,
+              numeric=("queue", "offset"))
 
 
 @click.command("skipAccumulatedMessage")
@@ -201,13 +203,7 @@ def skip_accumulated_message(group: str, topic: str, force: bool, namesrv: str, 
     """Move a group's offsets on a topic to the end of every queue (skip the backlog)."""
     out = Output(json_mode)
 
-    async def action(s: AdminSession) -> None:
-        table = await s.admin.reset_offset_report(group, topic, -1, force=force)
-        out.table(f"skip backlog of {group} on {topic}", ["broker", "queue", "offset", "via"],
-                  [[mq.broker_name, mq.queue_id, off, "broker" if via else "offset commit"]
-                   for mq, (off, via) in table.items()], numeric=("queue", "offset"))
-
-    run_admin(namesrv, timeout_ms, action)
+    run_admin(namesrv, timeout_ms, lambda s: _reset(s, out, group, topic, -1, force))
 
 
 @click.command("getConsumerConfig")
