@@ -26,6 +26,7 @@ from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies import KVTable
 
 MAX_SERIES = 10_000  # per labelled family; the rest of a scrape's rows are dropped (and counted)
+MAX_TIMESTAMP_READS = 20_000  # store timestamp lookups per scrape for the latency gauges (one CQ + record read each)
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 # rocketmq_rpc_latency buckets (ms), as RocketMQ 5's RemotingMetricsManager view
@@ -171,6 +172,10 @@ class BrokerMetrics:
         lag_rows: list[tuple[tuple[str, ...], float]] = []
         inflight_rows: list[tuple[tuple[str, ...], float]] = []
         ready_rows: list[tuple[tuple[str, ...], float]] = []
+        lag_ms_rows: list[tuple[tuple[str, ...], float]] = []
+        queueing_ms_rows: list[tuple[tuple[str, ...], float]] = []
+        now = int(time.time() * 1000)
+        reads = 0  # store timestamp lookups this scrape (bounded: MAX_TIMESTAMP_READS)
         for key, queues in ctx.offsets.table().items():
             split = _split_offset_key(key)
             if split is None:
@@ -180,17 +185,37 @@ class BrokerMetrics:
             if tc is None:
                 continue
             lag = inflight = ready = 0
+            oldest_unacked = oldest_ready = 0  # store timestamps (ms) of the first uncommitted / unpulled message
             for qid in range(tc.read_queue_nums):
                 broker_offset = max(0, store.get_max_offset_in_queue(topic, qid))
                 committed = max(0, queues.get(qid, -1))
                 lag += broker_offset - committed
-                got = pulled.get((group, topic, qid), committed)
-                inflight += max(0, got - committed)
-                ready += max(0, broker_offset - max(got, committed))
+                got = max(pulled.get((group, topic, qid), committed), committed)
+                inflight += got - committed
+                ready += max(0, broker_offset - got)
+                if broker_offset <= committed or reads >= MAX_TIMESTAMP_READS:
+                    continue
+                reads += 1
+                ts = store.get_message_store_timestamp(topic, qid, committed)
+                if ts > 0 and (not oldest_unacked or ts < oldest_unacked):
+                    oldest_unacked = ts
+                if broker_offset <= got:
+                    continue  # everything stored was pulled: nothing queueing here
+                if got != committed:
+                    if reads >= MAX_TIMESTAMP_READS:
+                        continue
+                    reads += 1
+                    ts = store.get_message_store_timestamp(topic, qid, got)
+                if ts > 0 and (not oldest_ready or ts < oldest_ready):
+                    oldest_ready = ts
             labels = (topic, group, _is_retry(topic), is_system(topic, group, ctx))
             lag_rows.append((labels, lag))
             inflight_rows.append((labels, inflight))
             ready_rows.append((labels, ready))
+            lag_ms_rows.append((labels, max(0, now - oldest_unacked) if oldest_unacked else 0))
+            queueing_ms_rows.append((labels, max(0, now - oldest_ready) if oldest_ready else 0))
+        if reads >= MAX_TIMESTAMP_READS:
+            ctx.stats.limit_hit("metricsTimestampReads")
         names = ("topic", "consumer_group", "is_retry", "is_system")
         fams.gauge("rocketmq_consumer_lag_messages", "Messages stored but not yet committed by the group", names,
                    lag_rows)
@@ -198,6 +223,10 @@ class BrokerMetrics:
                    names, inflight_rows)
         fams.gauge("rocketmq_consumer_ready_messages", "Messages stored and not yet pulled by the group", names,
                    ready_rows)
+        fams.gauge("rocketmq_consumer_lag_latency", "Milliseconds since the oldest uncommitted message was stored",
+                   names, lag_ms_rows)
+        fams.gauge("rocketmq_consumer_queueing_latency", "Milliseconds since the oldest not yet pulled message was "
+                   "stored", names, queueing_ms_rows)
 
     def _connections(self, ctx: BrokerContext, fams: _Families) -> None:
         clients = ctx.clients

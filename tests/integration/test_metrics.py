@@ -126,6 +126,10 @@ def test_broker_metrics_rise_under_load_and_lag_matches_consumer_progress(tmp_pa
             assert lag == sum(row[3] for row in progress) == 50
             assert value(s4, "rocketmq_consumer_ready_messages", topic=TOPIC, consumer_group=GROUP) == 50
             assert value(s4, "rocketmq_consumer_inflight_messages", topic=TOPIC, consumer_group=GROUP) == 0
+            # the 50 unconsumed messages were stored moments ago: lag latency is their age, within the test's run
+            lag_ms = value(s4, "rocketmq_consumer_lag_latency", topic=TOPIC, consumer_group=GROUP)
+            assert 0 < lag_ms < 120_000
+            assert value(s4, "rocketmq_consumer_queueing_latency", topic=TOPIC, consumer_group=GROUP) == lag_ms
             # pulls were timed too, storage and our own gauges are there
             assert value(s4, "rocketmq_rpc_latency_count", request_code="pull_message") >= 1
             assert value(s4, "rocketmq_storage_size", storage_type="local") > 250 * len(body)
