@@ -16,19 +16,9 @@ import pytest
 
 from orbitmq.broker.config_file import load_broker_conf
 from orbitmq.cli.cluster import init_cluster, init_controller_cluster, members
-from orbitmq.testing.procs import free_port, port_open
+from orbitmq.testing.procs import free_port_block as _free_block
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-
-def _free_block(count: int, step: int) -> int:
-    """A base port such that base-2 .. base+(count-1)*step+1 are all free (best effort)."""
-    for _ in range(200):
-        base = free_port() + 2
-        ports = [base + i * step + d for i in range(count) for d in (-2, -1, 0, 1)]
-        if max(ports) < 65000 and not any(port_open(p) for p in ports):
-            return base
-    raise RuntimeError("no free port block")
 
 
 def test_init_writes_two_namesrvs_and_two_master_slave_groups(tmp_path: Path) -> None:
