@@ -317,7 +317,38 @@ def test_controller_page_without_controllers(browser: Any, console: str, standal
     go(browser, console + "/#/controller")
     wait_for(lambda: text(browser, "#no-controllers"), "the no-controller note")
     assert cell(browser, "controller-brokers", standalone.broker_addr, "brokerName") == "broker-a"
-    shot(browser, "controller")
+
+
+def test_controller_view_with_a_controller(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Controller mode (one controller, a group of two): the controller page shows the leader and the group's
+    SyncStateSet with both members; the cluster page shows epochs and SyncStateSet membership."""
+    from orbitmq.testing.controller_cluster import ControllerCluster
+
+    root = tmp_path_factory.mktemp("console-controller")
+    c = ControllerCluster(root / "cluster", controllers=1, group_size=2)
+    proc = None
+    try:
+        c.start(timeout_s=90)
+        ctl = c.controllers[0].addr
+        proc, url = start_console(root, c.ns_addr, "-a", ctl)
+        go(browser, url + "/#/controller")
+        wait_for(lambda: cell(browser, "controllers", ctl, "isLeader") == "leader", "the controller as leader")
+        wait_for(lambda: (cell(browser, "sync-state", "broker-a", "inSync") or "").count("@") == 2
+                 or click_refresh(browser), "both members in broker-a's SyncStateSet", interval_s=0.5)
+        master = c.members()[0].addr
+        assert cell(browser, "sync-state", "broker-a", "masterAddress") == master
+        shot(browser, "controller")
+        go(browser, url + "/#/cluster")
+        wait_for(lambda: cell(browser, "brokers", c.members()[1].addr, "inSync") == "yes", "the slave in sync")
+        assert cell(browser, "brokers", master, "role") in ("SYNC_MASTER", "ASYNC_MASTER")
+        assert (cell(browser, "brokers", master, "epoch") or "-") != "-"
+    except BaseException:
+        print(c.logs(40))
+        raise
+    finally:
+        if proc is not None:
+            proc.close()
+        c.close()
 
 
 def test_login_guards_a_console_with_a_user(browser: Any, standalone: Standalone,

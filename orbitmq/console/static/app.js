@@ -413,14 +413,15 @@ async function pageController() {
       {key: "isLeader", label: "Role", render: (r) => r.error ? badge("dead") : badge(r.isLeader ? "leader" : "follower",
         r.isLeader ? "MASTER" : "SLAVE")},
       {key: "leaderAddress", label: "Leader it knows"}, {key: "peers", label: "Peers"},
-      {key: "error", label: "Error"}], d.controllers));
+      {key: "error", label: "Error"}], d.controllers.map((r) => Object.assign({__key: r.addr}, r))));
     if (d.error) parts.push(el("p", {class: "error"}, d.error));
     parts.push(el("h3", {}, "SyncStateSets"), table("sync-state", [{key: "brokerName", label: "Broker"},
       {key: "masterBrokerId", label: "Master id", num: true}, {key: "masterAddress", label: "Master"},
       {key: "masterEpoch", label: "Master epoch", num: true}, {key: "syncStateSetEpoch", label: "Set epoch", num: true},
       {key: "inSync", label: "In sync", render: (r) => r.inSync.map((x) => `${x.brokerId}@${x.addr}${x.alive ? "" : " (dead)"}`).join(", ") || "-"},
       {key: "notInSync", label: "Not in sync", render: (r) => r.notInSync.map((x) => `${x.brokerId}@${x.addr}${x.alive ? "" : " (dead)"}`).join(", ") || "-"},
-    ], d.syncStateSets, "no SyncStateSet (brokers not in controller mode?)"));
+    ], d.syncStateSets.map((r) => Object.assign({__key: r.brokerName}, r)),
+    "no SyncStateSet (brokers not in controller mode?)"));
   }
   parts.push(el("h3", {}, "Brokers"), table("controller-brokers", [{key: "brokerName", label: "Broker"},
     {key: "BID", label: "ID", num: true}, {key: "addr", label: "Address"}, {key: "role", label: "Role", render: (r) => badge(r.role)},
