@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from orbitmq.base.errors import OrbitMQError
 from orbitmq.cli import CliError, Output
 from orbitmq.cli.admin_common import (
     DEFAULT_NAMESRV,
@@ -116,17 +117,33 @@ def delete_topic(topic: str, cluster: str | None, namesrv: str, json_mode: bool,
 
 
 @click.command("topicList")
+@click.option("-c", "--cluster-mode", is_flag=True,
+              help="one row per cluster, topic and consuming group (asks the brokers)")
 @common_options
-def topic_list(namesrv: str, json_mode: bool, timeout_ms: int) -> None:
-    """List every topic the name server knows."""
+def topic_list(cluster_mode: bool, namesrv: str, json_mode: bool, timeout_ms: int) -> None:
+    """List every topic the name server knows (-c: with its cluster and consuming groups)."""
     out = Output(json_mode)
 
     async def action(s: AdminSession) -> None:
-        topics = await s.admin.topic_list()
-        if json_mode:
-            out.json(topics)
-        else:
-            out.table(None, ["topic"], [[t] for t in topics])
+        if not cluster_mode:
+            topics = await s.admin.topic_list()
+            if json_mode:
+                out.json(topics)
+            else:
+                out.table(None, ["topic"], [[t] for t in topics])
+            return
+        rows: list[list[Any]] = []
+        clusters = sorted((await s.admin.cluster_info()).cluster_addr_table)
+        for cluster in clusters:
+            for t in await s.admin.topics_by_cluster(cluster):
+                if t.startswith(("%RETRY%", "%DLQ%")):
+                    continue  # as mqadmin: a group's own topics
+                try:
+                    groups = await s.admin.topic_consumer_groups(t)
+                except OrbitMQError:
+                    groups = []  # a cluster/broker name listed as a topic, or a topic without a master now
+                rows += [[cluster, t, g] for g in groups] or [[cluster, t, None]]
+        out.table(None, ["cluster", "topic", "consumerGroup"], rows)
 
     run_admin(namesrv, timeout_ms, action)
 

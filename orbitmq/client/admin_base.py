@@ -17,6 +17,7 @@ from orbitmq.client.broker_api import check
 from orbitmq.client.errors import NoRouteError
 from orbitmq.client.instance import ClientInstance, session_credentials
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.protocol.acl_sign import cluster_credentials
 from orbitmq.protocol.bodies import BrokerData, ClusterInfo, KVTable, TopicList, TopicRouteData
 
 log = logging.getLogger(__name__)
@@ -50,16 +51,22 @@ def parse_properties_text(text: str) -> dict[str, str]:
 
 class AdminBase:
     def __init__(self, namesrv: str, *, instance_name: str | None = None, timeout_ms: int = 5000,
-                 access_key: str | None = None, secret_key: str | None = None) -> None:
+                 access_key: str | None = None, secret_key: str | None = None,
+                 cluster_secret: str | None = None) -> None:
+        """access_key/secret_key: an ACL account for broker requests; cluster_secret: sign name-server requests
+        with it (a name server with clusterSecret refuses admin writes otherwise; docs/design/security.md)."""
         self.namesrv = namesrv
         self.instance_name = instance_name
         self.timeout_ms = timeout_ms
-        self.credentials = session_credentials(access_key, secret_key)  # RocketMQ ACL: sign every request
+        self.namesrv_credentials = cluster_credentials(cluster_secret) if cluster_secret else None
+        # RocketMQ ACL: sign every request; without an account, a cluster secret's holder signs as a broker would
+        self.credentials = session_credentials(access_key, secret_key) or self.namesrv_credentials
         self._inst: ClientInstance | None = None
 
     async def start(self) -> None:
         if self._inst is None:
-            self._inst = await ClientInstance.acquire(self.namesrv, self.instance_name, self.credentials)
+            self._inst = await ClientInstance.acquire(self.namesrv, self.instance_name, self.credentials,
+                                                      self.namesrv_credentials)
 
     async def close(self) -> None:
         inst, self._inst = self._inst, None
@@ -115,6 +122,11 @@ class AdminBase:
 
     async def topic_list(self) -> list[str]:
         resp = await self.namesrv_request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        return sorted(TopicList.from_json(resp.body).topic_list) if resp.body else []
+
+    async def topics_by_cluster(self, cluster: str) -> list[str]:
+        """GET_TOPICS_BY_CLUSTER: the topics on the cluster's brokers."""
+        resp = await self.namesrv_request(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": cluster})
         return sorted(TopicList.from_json(resp.body).topic_list) if resp.body else []
 
     async def cluster_info(self) -> ClusterInfo:

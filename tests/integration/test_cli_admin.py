@@ -165,6 +165,9 @@ def test_brokers_config_perm_and_clusters(server) -> None:
     assert js("brokerStatus", namesrv=ns)["brokerVersionDesc"]
     assert js("getBrokerConfig", namesrv=ns)["brokerName"] == "broker-a"
     assert js("topicClusterList", "-t", "AdmT", namesrv=ns) == ["DefaultCluster"]
+    by_cluster = js("topicList", "-c", namesrv=ns)
+    assert {"cluster": "DefaultCluster", "topic": "AdmT", "consumerGroup": "AdmG"} in by_cluster
+    assert not any(r["topic"].startswith("%RETRY%") for r in by_cluster)
     try:
         wiped = js("wipeWritePerm", "-b", "broker-a", namesrv=ns)
         assert wiped[0]["namesrv"] == ns and wiped[0]["topics"] >= 1
