@@ -16,10 +16,14 @@ from orbitmq.protocol.acl_sign import cluster_credentials, sign_request, signed_
 
 log = logging.getLogger("orbitmq.acl")
 
-# what only a broker of the cluster may send to a name server
+# what only a broker of the cluster (or an operator holding the secret) may send to a name server: broker
+# registration, and the admin writes that change routes or the name server's state
 BROKER_REGISTRATION_CODES: frozenset[int] = frozenset(int(c) for c in (
     RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.BROKER_HEARTBEAT,
     RequestCode.QUERY_DATA_VERSION,
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER, RequestCode.DELETE_TOPIC_IN_NAMESRV,
+    RequestCode.REGISTER_TOPIC_IN_NAMESRV, RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG,
+    RequestCode.UPDATE_NAMESRV_CONFIG,
 ))
 
 

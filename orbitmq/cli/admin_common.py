@@ -63,6 +63,7 @@ def cli_error(exc: BaseException) -> CliError:
 
 ACCESS_KEY_ENV = "ORBITMQ_ACCESS_KEY"
 SECRET_KEY_ENV = "ORBITMQ_SECRET_KEY"
+CLUSTER_SECRET_ENV = "ORBITMQ_CLUSTER_SECRET"  # name-server admin writes when the cluster has a clusterSecret
 
 
 class AdminSession:
@@ -79,7 +80,7 @@ class AdminSession:
         if bool(access_key) != bool(secret_key):
             raise CliError(f"set both {ACCESS_KEY_ENV} and {SECRET_KEY_ENV} (or neither)")
         self.admin = Admin(";".join(self.namesrv_addrs), timeout_ms=timeout_ms, access_key=access_key,
-                           secret_key=secret_key)
+                           secret_key=secret_key, cluster_secret=os.environ.get(CLUSTER_SECRET_ENV) or None)
 
     async def start(self) -> Admin:
         await self.admin.start()

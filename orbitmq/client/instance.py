@@ -102,9 +102,12 @@ class ClientInstance:
     route_push_debounce_ms = 50  # pushes for one topic within this window cause one refetch
 
     def __init__(self, namesrv: str, instance_name: str | None = None, client_ip: str | None = None,
-                 credentials: SessionCredentials | None = None) -> None:
+                 credentials: SessionCredentials | None = None,
+                 namesrv_credentials: SessionCredentials | None = None) -> None:
         self.namesrv_addrs = split_namesrv(namesrv)
         self.credentials = credentials  # set: every request is signed (RocketMQ ACL, protocol/acl_sign.py)
+        # set: requests to the name servers are signed with these instead (the cluster secret, for admin writes)
+        self.namesrv_credentials = namesrv_credentials
         self.client_ip = client_ip or local_ip()
         self.instance_name = instance_name or f"{os.getpid()}#{now_ms() * 1000 + next(_instance_seq)}"
         self.client_id = f"{self.client_ip}@{self.instance_name}"
@@ -125,15 +128,19 @@ class ClientInstance:
     # ---- lifecycle --------------------------------------------------------------------------------------------
     @classmethod
     async def acquire(cls, namesrv: str, instance_name: str | None = None,
-                      credentials: SessionCredentials | None = None) -> ClientInstance:
-        """The shared instance for this loop + name servers + instance name + access key (created and started on
-        first use); `credentials`: sign every request (clients with other keys get their own instance)."""
+                      credentials: SessionCredentials | None = None,
+                      namesrv_credentials: SessionCredentials | None = None) -> ClientInstance:
+        """The shared instance for this loop + name servers + instance name + keys (created and started on first
+        use); `credentials`: sign every request, `namesrv_credentials`: sign those to name servers with these
+        instead (clients with other keys get their own instance)."""
         loop = asyncio.get_running_loop()
         key = (id(loop), ";".join(sorted(split_namesrv(namesrv))), instance_name or "",
-               credentials.access_key if credentials is not None else "")
+               (credentials.access_key if credentials is not None else "")
+               + ("+ns" if namesrv_credentials is not None else ""))
         inst = cls._registry.get(key)
-        if inst is None or inst._loop is not loop or inst.credentials != credentials:  # dead loop's id reused?
-            inst = cls(namesrv, instance_name, credentials=credentials)
+        if (inst is None or inst._loop is not loop  # a dead loop's id may be reused
+                or inst.credentials != credentials or inst.namesrv_credentials != namesrv_credentials):
+            inst = cls(namesrv, instance_name, credentials=credentials, namesrv_credentials=namesrv_credentials)
             inst._key = key
             inst._loop = loop
             cls._registry[key] = inst
@@ -160,17 +167,20 @@ class ClientInstance:
         self._started = False
 
     # ---- requests ---------------------------------------------------------------------------------------------
-    def sign(self, cmd: RemotingCommand) -> RemotingCommand:
-        """Add AccessKey/Signature when this instance has credentials (else `cmd` unchanged)."""
-        if self.credentials is not None:
-            sign_request(cmd, self.credentials)
+    def sign(self, cmd: RemotingCommand, addr: str | None = None) -> RemotingCommand:
+        """Add AccessKey/Signature when this instance has credentials for `addr` (None: a name server)."""
+        creds = self.credentials
+        if self.namesrv_credentials is not None and (addr is None or addr in self.namesrv_addrs):
+            creds = self.namesrv_credentials
+        if creds is not None:
+            sign_request(cmd, creds)
         return cmd
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000) -> RemotingCommand:
-        return await self.remoting.invoke(addr, self.sign(cmd), timeout_ms)
+        return await self.remoting.invoke(addr, self.sign(cmd, addr), timeout_ms)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
-        await self.remoting.invoke_oneway(addr, self.sign(cmd))
+        await self.remoting.invoke_oneway(addr, self.sign(cmd, addr))
 
     async def invoke_namesrv(self, cmd_factory: Any, timeout_ms: int = 3000) -> RemotingCommand:
         """Try each name server in turn (starting from the last good one); `cmd_factory()` builds a fresh request

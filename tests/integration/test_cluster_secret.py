@@ -1,10 +1,13 @@
-"""clusterSecret (issue 12 item 3): a name server that only accepts broker registrations signed with the cluster
-secret, a master/slave group whose HA port serves only slaves that prove it, and brokers that trust each other's
-signed requests on an ACL-enabled master (the slave's metadata sync) — while anyone else is refused."""
+"""clusterSecret (issue 12 item 3): a name server that only accepts broker registrations (and admin writes) signed
+with the cluster secret, a master/slave group whose HA port serves only slaves that prove it, and brokers that trust
+each other's signed requests on an ACL-enabled master (the slave's metadata sync) — while anyone else is refused."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,7 +21,7 @@ from orbitmq.protocol.acl_sign import cluster_credentials, sign_request
 from orbitmq.protocol.bodies import KVTable
 from orbitmq.remoting import RemotingClient
 from orbitmq.testing.acl import ADMIN, APP, write_plain_acl
-from orbitmq.testing.procs import LOCALHOST, BrokerCluster
+from orbitmq.testing.procs import LOCALHOST, REPO_ROOT, BrokerCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -106,5 +109,19 @@ def test_cluster_secret_guards_registration_ha_and_broker_trust(tmp_path: Path) 
             assert got[:4] == b"OMQA" and len(got) == 20, got[:64]  # the challenge, then the door closes
 
         asyncio.run(run())
+
+        # name-server admin writes: refused without the secret, done with it (the CLI signs with the env's)
+        def cli(*args: str, secret: str | None) -> subprocess.CompletedProcess[str]:
+            env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), NAMESRV_ADDR=ns)
+            env.pop("ORBITMQ_CLUSTER_SECRET", None)
+            if secret is not None:
+                env["ORBITMQ_CLUSTER_SECRET"] = secret
+            return subprocess.run([sys.executable, "-m", "orbitmq.cli.main", *args], capture_output=True,
+                                  text=True, env=env, timeout=60, cwd=str(REPO_ROOT))
+
+        res = cli("wipeWritePerm", "-b", "broker-a", secret=None)
+        assert res.returncode != 0 and "NO_PERMISSION" in res.stderr, res.stderr
+        res = cli("addWritePerm", "-b", "broker-a", secret=SECRET)
+        assert res.returncode == 0, res.stderr
         log = (tmp_path / "c" / "broker-a-0" / "broker.log").read_text()
         assert "HA connection from" in log and "refused" in log

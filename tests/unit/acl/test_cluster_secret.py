@@ -10,8 +10,9 @@ import pytest
 from orbitmq.acl.cluster import ClusterSecretGuard, cluster_guarded, cluster_signer
 from orbitmq.acl.config import parse_plain_acl
 from orbitmq.acl.validator import AclDenied, PlainAclValidator
+from orbitmq.client.instance import ClientInstance
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from orbitmq.protocol.acl_sign import cluster_credentials, sign_request
+from orbitmq.protocol.acl_sign import SessionCredentials, cluster_credentials, sign_request, signed_with
 from orbitmq.replication import ha_auth
 
 CONN = SimpleNamespace(remote_addr="127.0.0.1:5555")
@@ -39,7 +40,23 @@ def test_name_server_guard_needs_the_cluster_signature_for_registrations() -> No
     assert guard(CONN, RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, {}, oneway=True)) is None  # dropped
     # anything else (clients asking for routes) passes unsigned
     assert guard(CONN, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).remark == "handled"
-    assert guard.refused == 7
+    wipe = RemotingCommand.request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+    assert guard(CONN, wipe).code == ResponseCode.NO_PERMISSION  # admin writes too
+    assert guard.refused == 8
+
+
+def test_client_instance_signs_name_server_requests_with_the_namesrv_credentials() -> None:
+    app, cluster = SessionCredentials("appUser1", "appSecret1"), cluster_credentials("s3cret-cluster")
+    inst = ClientInstance("127.0.0.1:9876;127.0.0.1:9877", "t", credentials=app, namesrv_credentials=cluster)
+    to_ns = inst.sign(RemotingCommand.request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "b"}),
+                      "127.0.0.1:9877")
+    assert signed_with(to_ns, cluster)
+    assert signed_with(inst.sign(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})),
+                       cluster)  # invoke_namesrv: no address
+    to_broker = inst.sign(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"b": "T"}), "127.0.0.1:10911")
+    assert signed_with(to_broker, app) and not signed_with(to_broker, cluster)
+    plain = ClientInstance("127.0.0.1:9876", "t2")
+    assert plain.sign(RemotingCommand.request(RequestCode.HEART_BEAT), "127.0.0.1:10911").ext_fields is None
 
 
 def test_acl_broker_trusts_requests_signed_with_the_cluster_secret() -> None:
