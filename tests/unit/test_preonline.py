@@ -357,3 +357,35 @@ def test_slave_behind_the_consumer_keeps_its_offset(tmp_path, acting: bool, slav
         assert (r.code, r.ext_fields["nextBeginOffset"]) == (ResponseCode.PULL_OFFSET_MOVED, "0")
     finally:
         asyncio.run(store.shutdown())
+
+
+def test_master_merges_the_offsets_of_a_slave_that_reappears(tmp_path) -> None:
+    """A slave that comes back after the master's pre-online (or was down then) still hands over the commits it
+    took: the master merges its offsets when it shows up in the member group, the newer commit winning."""
+    slave_table = ConsumerOffsetManager(str(tmp_path), clock=lambda: 4_000_000_000_000)  # committed later
+    slave_table.commit("G", "T", 0, 70)
+
+    class SlaveAnswers(RecordingClient):
+        async def invoke(self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000) -> RemotingCommand:
+            if cmd.code == RequestCode.GET_ALL_CONSUMER_OFFSET:
+                return cmd.response(body=slave_table.encode())
+            return await super().invoke(addr, cmd, timeout_ms)
+
+    async def go() -> None:
+        master, _ = _ha_service(tmp_path / "m", "ASYNC_MASTER")
+        master.env.client = master.forwarder.client = SlaveAnswers()
+        master.ctx.offsets.commit("G", "T", 0, 10)
+        master.ctx.offsets.commit("G", "T", 1, 5)
+        members: dict[int, str] = {0: ME}
+
+        async def group_members() -> dict[int, str]:
+            return dict(members)
+
+        master.group_members = group_members  # type: ignore[method-assign]
+        assert await master.refresh_members_once() == [] and master.slave_addrs == []
+        members[1] = SLAVE
+        assert await master.refresh_members_once() == [SLAVE]
+        assert master.ctx.offsets.query_all("G", "T") == {0: 70, 1: 5}
+        assert await master.refresh_members_once() == []  # already known: not pulled again
+
+    asyncio.run(go())

@@ -167,14 +167,28 @@ class HAService:
     async def _run_member_refresh_loop(self) -> None:
         while True:
             try:
-                members = await self.group_members()
+                await self.refresh_members_once()
             except (OrbitMQError, ValueError, TypeError, OSError) as e:
                 log.debug("member group refresh failed: %r", e)
-            else:
-                if members is not None:
-                    me = self.ctx.config.broker_addr
-                    self.slave_addrs = sorted(a for i, a in members.items() if i != MASTER_ID and a != me)
             await asyncio.sleep(MEMBER_REFRESH_S)
+
+    async def refresh_members_once(self) -> list[str]:
+        """Master: re-read the group's slaves (offset forwarding targets). A slave that (re)appeared has its consumer
+        and delay offsets merged in (newer commit wins), so commits it took while this master could not see it (it
+        came back after our pre-online, say) are not lost. Returns the slaves that appeared."""
+        members = await self.group_members()
+        if members is None:
+            return []
+        me = self.ctx.config.broker_addr
+        addrs = sorted(a for i, a in members.items() if i != MASTER_ID and a != me)
+        appeared = [a for a in addrs if a not in self.slave_addrs]
+        self.slave_addrs = addrs
+        for addr in appeared:
+            try:
+                await self.pull_offsets(addr)
+            except (OrbitMQError, ValueError, TypeError) as e:
+                log.info("offsets of slave %s not merged: %r", addr, e)
+        return appeared
 
     async def group_members(self) -> dict[int, str] | None:
         """The group's live members {brokerId: addr} (broker/member_group.py); None if no name server answered."""
