@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from orbitmq.base.clock import now_ms
+from orbitmq.base.errors import OrbitMQError
 from orbitmq.client import broker_api
 from orbitmq.client.admin_base import AdminBase
 from orbitmq.client.broker_api import PULL_FLAG_SUBSCRIPTION, PullStatus
@@ -78,9 +79,15 @@ class MessageAdmin(AdminBase):
             found = await self.query_msg_by_unique_key(topic, msg_id)
             if found:
                 return found[0]
+        view_error: OrbitMQError | None = None
         if offset_id_address(msg_id) is not None:
-            return await self.view_message(msg_id)
+            try:
+                return await self.view_message(msg_id)
+            except OrbitMQError as e:  # a unique key can decode as an address too (rarely): search it below
+                view_error = e
         if topic:
+            if view_error is not None:
+                raise view_error
             raise QueryNotFoundError(f"message {msg_id} not found: no such unique key in topic {topic} and not an "
                                      f"offset message id")
         topics = await self.topic_list()
@@ -93,8 +100,10 @@ class MessageAdmin(AdminBase):
                 continue  # a cluster/broker name in the topic list, or deleted meanwhile
             if found:
                 return found[0]
-        raise QueryNotFoundError(f"message {msg_id} not found: not an offset message id and no topic's index "
-                                 f"holds it as a unique key ({len(topics)} topics searched)")
+        why = (f"as an offset message id: {' '.join(str(getattr(view_error, 'remark', '') or view_error).split())}"
+               if view_error is not None else "not an offset message id")
+        raise QueryNotFoundError(f"message {msg_id} not found: {why}; no topic's index holds it as a unique key "
+                                 f"({len(topics)} topics searched)")
 
     # ---- reading queues -----------------------------------------------------------------------------------
     async def topic_queues(self, topic: str, broker_name: str | None = None,
