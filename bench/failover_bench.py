@@ -1,5 +1,6 @@
 """Failover bench: controller mode (RIP-44) with allAckInSyncStateSet on and off, beside RIP-32 (slave acting master),
-each a group of 3 brokers on real processes. Per mode: send throughput and latency (SDK, concurrent senders), then
+each a group of 3 brokers on real processes, and lease election (a two-broker group elected by a lease row in the local
+PostgreSQL or MariaDB, allAckInSyncStateSet on, `--lease-ttl` ms). Per mode: send throughput and latency (SDK, concurrent senders), then
 `--kills` kill -9 trials of the master under a small send load, with the failover time distribution and a
 lost-ack count. Printed as a rich table, written to bench/results/failover-<stamp>.{json,md} (+ failover-latest.*).
 Nothing is asserted. `.venv/bin/python -m bench.failover_bench [--kills 20] [--messages 5000] [--modes ...]`.
@@ -36,14 +37,16 @@ from orbitmq.testing.failover_load import (  # noqa: E402
     probe_send,
     wait_new_master_write,
 )
+from orbitmq.testing.lease_cluster import LeaseCluster  # noqa: E402
 from orbitmq.testing.procs import BrokerCluster, ServerProcess, blocking_request  # noqa: E402
 from orbitmq.testing.readback import read_topic  # noqa: E402
 
 TOPIC = "FailoverBench"  # the kill trials' load (checked end to end afterwards)
 TPUT_TOPIC = "FailoverBenchTput"  # the throughput phase (one random body for every message, so never checked)
 QUEUES = 8
-MODES = ("allack", "noallack", "rip32")
-LABELS = {"allack": "controller allAck=on", "noallack": "controller allAck=off", "rip32": "RIP-32 SYNC_MASTER"}
+MODES = ("allack", "noallack", "rip32", "lease-pg", "lease-mysql")
+LABELS = {"allack": "controller allAck=on", "noallack": "controller allAck=off", "rip32": "RIP-32 SYNC_MASTER",
+          "lease-pg": "lease PostgreSQL (2 nodes)", "lease-mysql": "lease MariaDB (2 nodes)"}
 RIP32_KEYS: dict[str, Any] = {"enableSlaveActingMaster": True, "compatibleWithOldNameSrv": False,
                               "brokerHeartbeatInterval": 500, "brokerNotActiveTimeoutMillis": 3000,
                               "syncBrokerMemberGroupPeriod": 500, "slaveSyncInterval": 500,
@@ -97,16 +100,18 @@ async def create_topic(ns: str, master_addr: str) -> None:
 
 
 # ---- controller mode ----------------------------------------------------------------------------------------
-async def controller_trials(c: ControllerCluster, kills: int, console: Console) -> dict[str, Any]:
+async def controller_trials(c: ControllerCluster | LeaseCluster, kills: int, console: Console,
+                            size: int = 3) -> dict[str, Any]:
     load = await SendLoad(c.ns_addr, TOPIC, senders=2, run="fb").start()
     probe, sdk = [], []
     try:
         for k in range(kills):
-            await asyncio.to_thread(c.wait_group_ready, None, 3, 60.0)
+            await asyncio.to_thread(c.wait_group_ready, None, size, 60.0)
             old = await asyncio.to_thread(lambda: c.wait_master(topic=TOPIC))
             await asyncio.sleep(0.5)
             t_kill = await asyncio.to_thread(c.kill9, old)
-            secs, new, ack = await wait_new_master_write(c, TOPIC, old.addr, t_kill, f"probe-{k}", 60.0)
+            secs, new, ack = await wait_new_master_write(c, TOPIC, old.addr, t_kill, f"probe-{k}",  # type: ignore[arg-type]
+                                                         60.0)
             load.acked[ack.body] = ack
             probe.append(secs)
             deadline = time.monotonic() + 30
@@ -119,7 +124,7 @@ async def controller_trials(c: ControllerCluster, kills: int, console: Console) 
             await asyncio.to_thread(c.restart, old)
     finally:
         await load.stop()
-    await asyncio.to_thread(c.wait_group_ready, None, 3, 60.0)
+    await asyncio.to_thread(c.wait_group_ready, None, size, 60.0)
     problems = check_acked_readable(load.acked, await read_topic(c.ns_addr, TOPIC))
     return {"failover": dist(probe), "sdk_failover": dist(sdk), "acked": len(load.acked), "problems": problems}
 
@@ -136,6 +141,29 @@ def run_controller(all_ack: bool, args: argparse.Namespace, console: Console) ->
         console.print(f"  throughput: {result}")
         result.update(asyncio.run(controller_trials(c, args.kills, console)))
         return result
+
+
+# ---- lease election ----------------------------------------------------------------------------------------
+def run_lease(kind: str, args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from orbitmq.testing.sql_dbs import SqlDbUnavailable, create_db, drop_db
+
+    try:
+        db = create_db(kind)
+    except SqlDbUnavailable as e:
+        raise RuntimeError(str(e)) from None
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"failover-bench-lease-{kind}-") as tmp, \
+                LeaseCluster(tmp, db.url, ttl_ms=args.lease_ttl) as c:
+            c.start()
+            master = c.wait_master()
+            asyncio.run(create_topic(c.ns_addr, master.addr))
+            c.wait_master(topic=TOPIC)
+            result = asyncio.run(throughput(c.ns_addr, args.messages, args.senders, args.size))
+            console.print(f"  throughput: {result}")
+            result.update(asyncio.run(controller_trials(c, args.kills, console, size=2)))
+            return result
+    finally:
+        drop_db(db)
 
 
 # ---- RIP-32 -------------------------------------------------------------------------------------------------
@@ -198,7 +226,7 @@ def run_rip32(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 # ---- report -------------------------------------------------------------------------------------------------
 def render(console: Console, results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
     t = Table(title=f"Failover: {args.kills} kill -9 of the master per mode; throughput {args.messages} x "
-                    f"{args.size} B, {args.senders} senders; group of 3")
+                    f"{args.size} B, {args.senders} senders; group of 3 (lease: 2, TTL {args.lease_ttl} ms)")
     for col in ("mode", "msgs/s", "send p50 ms", "send p99 ms", "write back p50 s", "p99 s", "max s",
                 "SDK ack p50 s", "SDK p99 s", "acting p50 s", "acked", "problems"):
         t.add_column(col, justify="left" if col == "mode" else "right", no_wrap=col == "mode")
@@ -239,6 +267,7 @@ def main() -> None:
     ap.add_argument("--senders", type=int, default=8)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma list of {', '.join(MODES)}")
+    ap.add_argument("--lease-ttl", type=int, default=2000, help="leaseTtlMillis of the lease modes")
     ap.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "results"))
     args = ap.parse_args()
     console = Console(width=max(160, Console().width))
@@ -246,8 +275,11 @@ def main() -> None:
     for mode in args.modes.split(","):
         console.print(f"[bold]{LABELS[mode]}[/bold]")
         try:
-            results[mode] = (run_rip32(args, console) if mode == "rip32"
-                             else run_controller(mode == "allack", args, console))
+            if mode.startswith("lease-"):
+                results[mode] = run_lease("postgresql" if mode == "lease-pg" else "mysql", args, console)
+            else:
+                results[mode] = (run_rip32(args, console) if mode == "rip32"
+                                 else run_controller(mode == "allack", args, console))
         except (AssertionError, RuntimeError, OSError) as e:  # one mode failing still reports the others
             console.print(f"  [red]failed: {e}[/red]")
             results[mode] = {"error": str(e).splitlines()[0][:80]}

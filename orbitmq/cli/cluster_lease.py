@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from orbitmq.cli import EXIT_FAILURE, CliError
@@ -18,14 +19,14 @@ CREATE DATABASE orbitmq_lease OWNER orbitmq;
 """
 
 
-def init_lease_cluster(directory: Path, write: object, *, namesrv_port: int = 9876, broker_port: int = 10911,
-                       ip: str = "127.0.0.1", cluster_name: str = "DefaultCluster", lease_url: str | None = None,
+def init_lease_cluster(directory: Path, write: Callable[[Path, dict[str, object]], None], *,
+                       namesrv_port: int = 9876, broker_port: int = 10911, ip: str = "127.0.0.1",
+                       cluster_name: str = "DefaultCluster", lease_url: str | None = None,
                        commitlog_size: int = 256 * 1024 * 1024) -> list[Path]:
     """Write the folder; returns the files written. `write(path, keys)` writes one .conf (cluster.py's writer).
     Broker ports step by 10 (each broker uses port-2 .. port+1, haListenPort = port+1)."""
     if directory.exists() and any(directory.iterdir()):
         raise CliError(f"{directory} is not empty", EXIT_FAILURE)
-    assert callable(write)
     written: list[Path] = []
     conf = directory / "namesrv-0" / "namesrv.conf"
     write(conf, {"listenPort": namesrv_port, "kvConfigPath": "kvConfig.json"})

@@ -46,6 +46,8 @@ class LeaseMember:
     db_proxy: TcpProxy | None = None
     stopped: bool = False  # SIGSTOP'd
 
+    group: str = GROUP
+
     @property
     def addr(self) -> str:
         return f"{LOCALHOST}:{self.port}"

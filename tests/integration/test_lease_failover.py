@@ -193,9 +193,11 @@ def test_master_kill9_under_the_cpp_client(db: SqlDb, tmp_path: Path) -> None:
         stored = run(c, read_topic_at(new.addr, TOPIC, QUEUES), 60)
         problems = acked_readable(stored, acked)
         assert not problems, "\n".join(problems)
-        # the killed broker came back as a slave of the new epoch and holds the same log
+        # the killed broker came back as a slave of the new epoch and holds the same log (a diverged tail cut)
         r, epoch, _ = role(c, old)
         assert r == "SLAVE" and epoch == role(c, new)[1], (r, epoch)
+        wait_until("the same CommitLog on both brokers", lambda: len({c.runtime_info(m)["commitLogMaxOffset"]
+                                                                      for m in (old, new)}) == 1, 30.0, 0.2)
 
 
 async def _kill_master(c: LeaseCluster) -> tuple[float, LeaseMember, LeaseMember]:

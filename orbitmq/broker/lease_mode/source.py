@@ -28,6 +28,7 @@ from orbitmq.broker.controller_mode.role_source import Replica
 from orbitmq.broker.controller_mode.rules import RoleInfo
 from orbitmq.broker.lease_mode.identity import lease_broker_id
 from orbitmq.protocol.bodies.controller import SyncStateSet
+from orbitmq.store.results import PutStatus
 
 if TYPE_CHECKING:
     from orbitmq.broker.controller_mode.replicas_manager import ReplicasManager
@@ -47,6 +48,27 @@ def _one_line(e: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
+class LateAckGuard:
+    """SendHook: a put that waited for its replica and completes when this broker no longer may acknowledge (its
+    lease ended meanwhile, e.g. the process was paused, or it stepped down) is answered FLUSH_SLAVE_TIMEOUT (stored,
+    not confirmed: the client may retry) instead of SEND_OK. write_fence only guards the moment before the append."""
+
+    def __init__(self, source: LeaseSource) -> None:
+        self.source = source
+        self.refused = 0
+
+    def before_put(self, conn: Any, req: Any, msgs: list[Any]) -> None:
+        return None
+
+    def after_put(self, conn: Any, req: Any, msgs: list[Any], result: Any) -> None:
+        if result.status is not PutStatus.PUT_OK:
+            return
+        rm = self.source.rm
+        if rm.role != "MASTER" or self.source.write_permit(self.source.clock.monotonic_ms(), rm.master_epoch):
+            result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
+            self.refused += 1
+
+
 class LeaseSource:
     kind = "lease"
 
@@ -64,6 +86,8 @@ class LeaseSource:
         self._wake: asyncio.Event | None = None
         self._applied_key: tuple[Any, ...] | None = None
         self.view_changes = 0
+        self.ack_guard = LateAckGuard(self)
+        rm.ctx.send_hooks.append(self.ack_guard)
 
     # ---- RoleSource -----------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -168,7 +192,8 @@ class LeaseSource:
     def runtime(self) -> dict[str, str]:
         view = self.elector.view() if self.elector is not None else None
         out = {"leaseMode": "true", "leaseName": self.lease_name, "leaseBrokerId": str(self.rm.broker_id),
-               "leaseNonce": self.nonce, "leaseViewChanges": str(self.view_changes)}
+               "leaseNonce": self.nonce, "leaseViewChanges": str(self.view_changes),
+               "leaseLateAcksRefused": str(self.ack_guard.refused)}
         if view is None:
             return {**out, "leaseState": "START", "leaseEpoch": "-1", "leaseMaster": ""}
         remaining = view.lease_remaining_ms if view.is_master and view.lease_remaining_ms is not None else 0

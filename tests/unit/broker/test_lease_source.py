@@ -259,3 +259,32 @@ def test_lease_keys_in_broker_conf(tmp_path: Path) -> None:
         build(leaseStoreUrl="")
     with pytest.raises(ConfigError, match="leaseRenewIntervalMillis"):
         build(leaseRenewIntervalMillis="3000")
+
+
+def test_a_put_completing_after_the_lease_ended_is_not_acknowledged(tmp_path: Path) -> None:
+    from orbitmq.store.results import PutResult, PutStatus
+
+    rm, src, elector, ctx = make(tmp_path)
+
+    async def scenario() -> None:
+        try:
+            assert src.ack_guard in ctx.send_hooks
+            elector.current = View(State.HEARTBEAT, 2, True, ME, "h", "n", 2000)
+            await src._apply_view(elector.view(), force=True)
+            ok = PutResult(PutStatus.PUT_OK)
+            src.ack_guard.after_put(None, None, [], ok)
+            assert ok.status is PutStatus.PUT_OK  # lease valid: acknowledged
+            elector.ack = False  # the put waited for its replica past the local deadline
+            late = PutResult(PutStatus.PUT_OK)
+            src.ack_guard.after_put(None, None, [], late)
+            assert late.status is PutStatus.FLUSH_SLAVE_TIMEOUT and runtime(rm)["leaseLateAcksRefused"] == "1"
+            elector.ack = True
+            elector.current = View(State.HEARTBEAT, 3, False, OTHER, "127.0.0.1:1", "m", None)
+            await src._apply_view(elector.view(), force=True)  # stepped down meanwhile
+            after = PutResult(PutStatus.PUT_OK)
+            src.ack_guard.after_put(None, None, [], after)
+            assert after.status is PutStatus.FLUSH_SLAVE_TIMEOUT
+        finally:
+            await rm.stop()
+
+    asyncio.run(scenario())
