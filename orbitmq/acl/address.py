@@ -7,6 +7,7 @@ addresses, "192.168.0.{1,2,3}" (last octet from a set), and IPv4 octet ranges: "
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Callable
 
@@ -19,6 +20,7 @@ class AddressPatternError(ConfigError):
     pass
 
 
+@functools.lru_cache(maxsize=4096)  # a connection's address repeats on every request it sends
 def host_of(remote_addr: str) -> str:
     """'ip:port' (IPv6 without brackets, as our connections spell it) -> the ip, normalised; IPv4-mapped IPv6
     becomes IPv4."""

@@ -54,7 +54,10 @@ def signing_content(ext_fields: dict[str, str] | None, body: bytes | None) -> by
     """The bytes a request's signature covers: the sorted extension field values, then the body."""
     parts: list[str] = []
     if ext_fields:
-        for key in sorted(ext_fields, key=_java_order):
+        keys = list(ext_fields)
+        # ASCII names (every RocketMQ header) sort the same by code point as by UTF-16 unit: no key function
+        keys.sort(key=None if all(k.isascii() for k in keys) else _java_order)
+        for key in keys:
             value = ext_fields[key]
             if key not in _UNSIGNED and value is not None:  # None is not sent; others as the wire spells them
                 parts.append(value if isinstance(value, str) else ext_value_to_str(value))
