@@ -65,7 +65,9 @@ class LeaseElector:
         self._is_master = False
         self._epoch = 0  # held epoch (master) or the pending grant (CHALLENGE_COMPLETE)
         self._held_epoch = 0  # the last epoch this node was master at
-        self._deadline = 0  # monotonic ms: the holder acknowledges nothing from then on unless renewed
+        # monotonic ms from which the holder acknowledges nothing unless it renewed; None: acknowledge nothing
+        # (a sentinel number would not do: an injected or foreign monotonic clock may be at any value)
+        self._deadline: int | None = None
         self._sync: tuple[str, ...] = ()
         self._errors = 0
         self._fails = 0
@@ -119,7 +121,7 @@ class LeaseElector:
         now = self._clock()
         if self._is_master:
             return LeaseView(self._state, self._epoch, True, self.me.addr, self.me.ha_addr, self.me.nonce,
-                             self._deadline - now, self._db_ok, self._sync)
+                             None if self._deadline is None else self._deadline - now, self._db_ok, self._sync)
         row = self._row
         if row is None:
             return LeaseView(self._state, 0, False, None, None, None, None, self._db_ok, ())
@@ -136,7 +138,8 @@ class LeaseElector:
     def may_acknowledge(self) -> bool:
         """True only while this node holds the lease and its local deadline (monotonic time before the last
         successful renewal was sent + TTL - margin) has not passed."""
-        return self._is_master and not self._stopping and self._clock() < self._deadline
+        deadline = self._deadline
+        return self._is_master and not self._stopping and deadline is not None and self._clock() < deadline
 
     async def publish_sync_members(self, members: Sequence[str]) -> bool:
         """Record in the row that `members` (replicas; this node is added) hold everything this holder has
@@ -238,14 +241,14 @@ class LeaseElector:
     async def _renew(self) -> int:
         cfg = self.cfg
         sent = self._clock()
-        if sent >= self._deadline:
+        if self._deadline is None or sent >= self._deadline:
             self._step_down("lease lapsed (no renewal in time)")
             self._set(LeaseState.START)
             return 0
         ok = await self.store.renew(cfg.name, self.me.nonce, self._epoch, cfg.ttl_ms)
         self._db_success()
         if not ok:
-            self._deadline = 0  # acknowledge nothing more; learn the new holder before telling subscribers
+            self._deadline = None  # acknowledge nothing more; learn the new holder before telling subscribers
             try:
                 row = await self.store.read(cfg.name)
             finally:
@@ -319,7 +322,7 @@ class LeaseElector:
         if self._is_master:
             log.warning("lease %s: %s steps down from epoch %d: %s", self.cfg.name, self.me.addr, self._epoch, why)
         self._is_master = False
-        self._deadline = 0
+        self._deadline = None
 
     def _set(self, state: LeaseState) -> None:
         if state is not self._state:

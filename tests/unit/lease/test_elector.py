@@ -31,7 +31,7 @@ class Group:
         self.rng = random.Random(seed)
         self.db = SimDb(loop, random.Random(seed + 1), clock_offset_ms=1_700_000_000_000, latency_ms=(1, 5))
         self.cfg = make_config(TTL, **cfg)
-        self.nodes = [SimNode(f"10.0.0.{i}:10911", NodeClock(loop, self.rng.randint(0, 10**9), 1.0))
+        self.nodes = [SimNode(f"10.0.0.{i}:10911", NodeClock(loop, self.rng.randint(-10**9, 10**9), 1.0))
                       for i in range(n)]
         self.rec = InvariantRecorder(loop, self.nodes)
         self.sampler = asyncio.ensure_future(self.rec.sample())
@@ -148,6 +148,7 @@ def test_database_outage_holder_stops_acking_before_deadline_and_election_resume
             await asyncio.sleep(0.3)
             e0 = g.elector(0)
             last_deadline = e0._deadline  # the local deadline set by the last successful renewal
+            assert last_deadline is not None
             g.db.mode = mode
             assert await run_until(loop, lambda: not e0.may_acknowledge(), TTL)
             assert g.nodes[0].clock() <= last_deadline + g.cfg.renew_interval_ms  # (renewed once more at most)
