@@ -66,7 +66,10 @@ def start_console(directory: Path, namesrv: str, *extra: str) -> tuple[ServerPro
 
 @pytest.fixture(scope="module")
 def console(standalone: Standalone, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    proc, url = start_console(tmp_path_factory.mktemp("console"), standalone.namesrv_addr)
+    d = tmp_path_factory.mktemp("console")
+    conf = d / "console.yml"
+    conf.write_text("sampleIntervalSeconds: 0.5\n", encoding="utf-8")  # a TPS chart within seconds
+    proc, url = start_console(d, standalone.namesrv_addr, "--config", str(conf))
     try:
         yield url
     finally:
@@ -222,6 +225,17 @@ def test_topic_with_its_message_count(browser: Any, console: str, standalone: St
     wait_for(lambda: text(browser, "#topic-messages") == "7", "the topic page's message count")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#queues tbody tr")) == 4
     assert browser.find_element(By.ID, "tps-chart").tag_name == "svg"
+    # the TPS chart: the console samples the viewed topic; sends while it is viewed show up as a rate > 0
+    # (a read of the topic is a sample too, besides the console's own every 0.5 s)
+    api = "return fetch('/api/topics/ConsoleCountT').then(r => r.json()).then(d => d.tps)"
+    for burst in range(3):
+        send(standalone.namesrv_addr, "ConsoleCountT", [f"tps{burst}-{i}" for i in range(20)])
+        browser.execute_script(api)
+    series = browser.execute_script(api)
+    assert len(series) >= 3 and max(p["tps"] for p in series) > 0, series
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#tps-chart polyline") or click_refresh(browser),
+             "the TPS line on the chart", interval_s=0.5)
+    assert text(browser, "#topic-messages") == "67"
     shot(browser, "topic")
 
 
