@@ -1,6 +1,7 @@
 """The daily mqadmin commands and the CLI's consistency rules against a real standalone server: every new
 command in table and --json form, queryMsgById with both id kinds, consume's Ctrl-C message, fast one-line
-failures when the name server is unreachable or a topic has no route, process titles."""
+failures when the name server is unreachable or a topic has no route, process titles, and consumerProgress with a
+hung second broker (the last test: it adds that broker to the cluster)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from click.testing import CliRunner
 
 from orbitmq.cli.main import main
 from orbitmq.client import Message, Producer
-from orbitmq.testing.procs import REPO_ROOT, free_port
+from orbitmq.testing.procs import REPO_ROOT, free_port, start_broker
 from tests.integration.test_cli import (  # noqa: F401 - standalone is a fixture (this module gets its own server)
     assert_one_line_error,
     cli,
@@ -205,3 +206,40 @@ def test_unreachable_namesrv_and_missing_route_fail_fast_with_one_line(server) -
     no_route = cli("consume", "-t", "NoSuchTopicHere", "-n", ns, timeout=20)
     assert time.monotonic() - t0 < 10
     assert_one_line_error(no_route, 1, "no route for topic NoSuchTopicHere")
+
+
+def test_consumer_progress_names_a_hung_broker(server, tmp_path: Path) -> None:
+    """Issue 17.2: a broker of the group that does not answer is named with the error, never silently left out
+    of the totals. SIGSTOP keeps it registered with its connections open, like a hung or partitioned broker."""
+    _, ns, _ = server
+    broker_b = start_broker(tmp_path / "b", ns, brokerName="broker-b")
+    b_addr = f"127.0.0.1:{broker_b.ports[0]}"
+    try:
+        js("updateTopic", "-t", "ProgT", "-c", "DefaultCluster", "-r", "2", "-w", "2", namesrv=ns)
+        deadline = time.monotonic() + 20
+        while len(js("topicRoute", "-t", "ProgT", namesrv=ns)["queueDatas"]) < 2:  # both brokers in the route
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert cli("produce", "-t", "ProgT", "--body", "p{i}", "-c", "8", "-q", "-n", ns).returncode == 0
+        got = cli("consume", "-t", "ProgT", "-g", "ProgG", "--from-beginning", "-c", "8", "--format", "body",
+                  "--idle-timeout", "30", "-n", ns, timeout=60)
+        assert got.returncode == 0, got.stderr
+        before = js("consumerProgress", "-g", "ProgG", "-t", "ProgT", namesrv=ns)
+        assert before["problems"] == [] and {r["broker"] for r in before["rows"]} == {"broker-a", "broker-b"}
+
+        os.kill(broker_b.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            after = js("consumerProgress", "-g", "ProgG", "-t", "ProgT", "--timeout", "1500", namesrv=ns)
+            assert time.monotonic() - t0 < 15
+            assert {r["broker"] for r in after["rows"]} == {"broker-a"}
+            assert [(p["broker"], p["addr"]) for p in after["problems"]] == [("broker-b", b_addr)]
+            assert "unreachable" in after["problems"][0]["error"]
+            assert after["total"]["topic"] == "total (without broker-b)"
+            table = cli("consumerProgress", "-g", "ProgG", "-t", "ProgT", "--timeout", "1500", namesrv=ns)
+            assert table.returncode == 0, table.stderr
+            assert f"UNREACHABLE: broker broker-b {b_addr}: unreachable" in table.stdout, table.stdout
+        finally:
+            os.kill(broker_b.pid, signal.SIGCONT)
+    finally:
+        broker_b.close()
