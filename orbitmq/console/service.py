@@ -10,8 +10,9 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from orbitmq.base.clock import now_ms
 from orbitmq.base.errors import OrbitMQError
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 INSTANCE_NAME = "orbitmq-console"
 RESEND_PRODUCER_GROUP = "CONSOLE_RESEND_PRODUCER"
 BODY_PREVIEW_BYTES = 4096
+FAN_OUT = 16  # concurrent per-topic / per-group requests of a list page
+T = TypeVar("T")
+R = TypeVar("R")
 LEASE_KEYS = ("leaseState", "leaseEpoch", "leaseRemainingMs", "leaseMaster")  # lease-mode runtime-info keys
 SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                            "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
@@ -105,6 +109,18 @@ def broker_row(member: tuple[str, str, int, str], ri: dict[str, str], master: di
     }
     row.update({k: ri.get(k, "-") for k in LEASE_KEYS})
     return row
+
+
+async def bounded_gather(fn: Callable[[T], Awaitable[R]], items: list[T], limit: int = FAN_OUT) -> list[R]:
+    """fn over every item, at most `limit` at a time (a list page on thousands of topics must not open thousands of
+    requests at once); results in the items' order."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(item: T) -> R:
+        async with sem:
+            return await fn(item)
+
+    return list(await asyncio.gather(*(one(i) for i in items)))
 
 
 @dataclass
@@ -218,7 +234,7 @@ class ConsoleService:
                     "messages": sum(mx - mn for _, mn, mx, _ in status),
                     "lastUpdated": max((ts for *_, ts in status), default=0)}
 
-        return list(await asyncio.gather(*(one(t) for t in names)))
+        return await bounded_gather(one, names)
 
     async def create_topic(self, topic: str, read_queues: int, write_queues: int, perm: int) -> list[str]:
         return await self.admin.update_topic(topic, read_queue_nums=read_queues, write_queue_nums=write_queues,
@@ -292,7 +308,7 @@ class ConsoleService:
                     "messageModel": conns["messageModel"] if conns else None,
                     "topics": sorted({p["topic"] for p in progress}), "lag": sum(p["lag"] for p in progress)}
 
-        return list(await asyncio.gather(*(one(g) for g in await self._group_names())))
+        return await bounded_gather(one, await self._group_names())
 
     async def group(self, group: str) -> dict[str, Any]:
         progress, conns = await asyncio.gather(self._progress(group), self._connections(group))

@@ -170,3 +170,35 @@ def test_static_assets_are_packaged_next_to_the_code() -> None:
     for name in ("index.html", "login.html", "app.js"):  # no CDN / outside URL in the page
         assert "http://" not in (static / name).read_text(encoding="utf-8").replace("http://www.w3.org/2000/svg", "")
         assert "https://" not in (static / name).read_text(encoding="utf-8")
+
+
+def test_bounded_gather_keeps_order_and_limit() -> None:
+    from orbitmq.console.service import bounded_gather
+
+    running = peak = 0
+
+    async def work(i: int) -> int:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        running -= 1
+        return i * i
+
+    assert asyncio.run(bounded_gather(work, list(range(40)), limit=3)) == [i * i for i in range(40)]
+    assert peak == 3
+
+
+def test_cli_refuses_a_bad_console_config_with_one_line_and_exit_2(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from orbitmq.cli.main import main
+
+    conf = tmp_path / "console.yml"
+    conf.write_text("acl: {accessKey: ak, secretKey: sk}\n", encoding="utf-8")
+    for args in (["console", "-c", str(conf)], ["console", "-c", str(tmp_path / "absent.yml")]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2, result.output
+        lines = [ln for ln in result.output.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("orbitmq: error: "), result.output
