@@ -65,7 +65,7 @@ class MysqlLeaseStore(SqlLeaseStore):
         if exists is None:  # (CREATE ... IF NOT EXISTS on an existing table logs a warning through the driver)
             await self._execute(ddl, ())
 
-    async def _drop(self) -> None:
+    def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()  # closes the socket without a QUIT round trip

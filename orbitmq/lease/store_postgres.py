@@ -53,7 +53,7 @@ class PostgresLeaseStore(SqlLeaseStore):
             await self._conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"orbitmq:{self.table}")
             await self._conn.execute(ddl)
 
-    async def _drop(self) -> None:
+    def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.terminate()

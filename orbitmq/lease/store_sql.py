@@ -56,8 +56,9 @@ class SqlLeaseStore:
     async def _fetchone(self, sql: str, args: Sequence[Any]) -> Sequence[Any] | None:
         raise NotImplementedError
 
-    async def _drop(self) -> None:
-        """Close the connection without waiting for the server (it may be unreachable)."""
+    def _drop(self) -> None:
+        """Close the connection without waiting for the server (it may be unreachable); synchronous, so it also
+        runs while a statement is being cancelled."""
         raise NotImplementedError
 
     async def _create_table(self, ddl: str) -> None:
@@ -107,21 +108,24 @@ class SqlLeaseStore:
                         await self._connect()
                         self._connected = True
                     return await op()
+            except asyncio.CancelledError:  # e.g. stop() during a statement: its answer may still be in flight
+                self._reset()
+                raise
             except LeaseStoreError:
-                await self._reset()
+                self._reset()
                 raise
             except TimeoutError:
-                await self._reset()
+                self._reset()
                 raise LeaseStoreError(f"{self.description}: {what} timed out after {self.timeout_s * 1000:.0f} ms")\
                     from None
             except Exception as e:  # driver errors of every kind, OSError included
-                await self._reset()
+                self._reset()
                 raise LeaseStoreError(f"{self.description}: {what} failed: {self._explain(e)}") from None
 
-    async def _reset(self) -> None:
+    def _reset(self) -> None:
         self._connected = False
         try:
-            await self._drop()
+            self._drop()
         except Exception:  # noqa: BLE001 - the connection is being thrown away
             pass
 
@@ -131,7 +135,7 @@ class SqlLeaseStore:
 
     async def close(self) -> None:
         async with self._lock:
-            await self._reset()
+            self._reset()
 
     async def read(self, name: str) -> LeaseRow | None:
         row = await self._run("read", lambda: self._fetchone(self._sql["read"], (name,)))

@@ -52,7 +52,7 @@ class SqliteLeaseStore(SqlLeaseStore):
         row = await asyncio.to_thread(lambda: conn.execute(sql, tuple(args)).fetchone())
         return None if row is None else tuple(row)
 
-    async def _drop(self) -> None:
+    def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
