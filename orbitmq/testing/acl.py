@@ -16,6 +16,7 @@ APP = SessionCredentials("appUser1", "appSecret1")  # PUB|SUB on TopicAcl, SUB o
 ADMIN = SessionCredentials("adminUser", "adminSecret")  # admin, every topic and group
 
 PLAIN_ACL = """\
+globalWhiteRemoteAddresses: [{global_white}]
 accounts:
   - accessKey: appUser1
     secretKey: appSecret1
@@ -33,15 +34,17 @@ accounts:
 """
 
 
-def plain_acl_text(*extra_topic_perms: str) -> str:
-    return PLAIN_ACL.format(extra_topic_perms="\n".join(f"      - {p}" for p in extra_topic_perms))
+def plain_acl_text(*extra_topic_perms: str, global_white: tuple[str, ...] = ()) -> str:
+    return PLAIN_ACL.format(extra_topic_perms="\n".join(f"      - {p}" for p in extra_topic_perms),
+                            global_white=", ".join(global_white))
 
 
-def write_plain_acl(path: str | os.PathLike[str], *extra_topic_perms: str) -> Path:
-    """Write (atomically: a reader never sees half a file) the test ACL, plus `extra_topic_perms` for appUser1."""
+def write_plain_acl(path: str | os.PathLike[str], *extra_topic_perms: str, global_white: tuple[str, ...] = ()) -> Path:
+    """Write (atomically: a reader never sees half a file) the test ACL, plus `extra_topic_perms` for appUser1 and
+    `global_white` address patterns."""
     p = Path(path)
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(plain_acl_text(*extra_topic_perms), encoding="utf-8")
+    tmp.write_text(plain_acl_text(*extra_topic_perms, global_white=global_white), encoding="utf-8")
     os.replace(tmp, p)
     return p
 

@@ -110,7 +110,7 @@ def test_sdk_with_credentials_sends_and_consumes_and_is_refused_otherwise(acl_st
     asyncio.run(run())
 
 
-def test_changed_acl_file_applies_and_a_broken_one_is_ignored(acl_standalone) -> None:
+def test_changed_acl_file_applies_a_broken_one_is_ignored_white_list(acl_standalone) -> None:
     s, acl = acl_standalone
 
     async def send_until(p: Producer, topic: str, allowed: bool, timeout_s: float = 20.0) -> None:
@@ -141,6 +141,15 @@ def test_changed_acl_file_applies_and_a_broken_one_is_ignored(acl_standalone) ->
             await p.send(Message("TopicLater", b"still allowed"))  # the last good configuration stays
             write_plain_acl(acl)  # TopicLater removed again
             await send_until(p, "TopicLater", allowed=False)
+            # a globally white-listed address needs no signature at all (RocketMQ semantics)
+            unsigned = _producer(s, "PG_white", None, None)
+            await unsigned.start()
+            try:
+                await _refused(unsigned, "TopicAcl")
+                write_plain_acl(acl, global_white=("127.0.0.*",))
+                await send_until(unsigned, "TopicWhite", allowed=True)
+            finally:
+                await unsigned.shutdown()
         finally:
             await p.shutdown()
 
