@@ -22,6 +22,8 @@ from orbitmq.client.errors import NoPermissionError
 from orbitmq.client.instance import ClientInstance
 from orbitmq.model import Message
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.protocol.acl_sign import sign_request
+from orbitmq.remoting import RemotingClient
 from orbitmq.testing.acl import ADMIN, APP, stored_count, write_plain_acl
 from orbitmq.testing.procs import REPO_ROOT, Standalone, free_broker_port, free_port, write_standalone_conf
 
@@ -106,6 +108,16 @@ def test_sdk_with_credentials_sends_and_consumes_and_is_refused_otherwise(acl_st
         assert resp.code == ResponseCode.NO_PERMISSION
         resp = await _admin_request(s, ADMIN, RequestCode.UPDATE_AND_CREATE_TOPIC, create)
         assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+        # the VIP port (listenPort - 2) checks the same way
+        raw = RemotingClient(name="acl-test")
+        try:
+            resp = await raw.invoke(s.vip_addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 5000)
+            assert resp.code == ResponseCode.NO_PERMISSION, resp
+            signed = sign_request(RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), APP)
+            assert (await raw.invoke(s.vip_addr, signed, 5000)).code == ResponseCode.SUCCESS
+        finally:
+            await raw.close()
 
     asyncio.run(run())
 
