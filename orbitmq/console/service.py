@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from orbitmq.base.clock import now_ms
 from orbitmq.base.errors import OrbitMQError
 from orbitmq.client import Admin, Producer
-from orbitmq.client.errors import QueryNotFoundError
+from orbitmq.client.errors import NoRouteError, QueryNotFoundError, TopicNotExistError
 from orbitmq.console import queries
 from orbitmq.console.config import ConsoleConfig
 from orbitmq.console.queries import is_system_group
@@ -372,8 +372,9 @@ class ConsoleService:
         topic = DLQ_GROUP_TOPIC_PREFIX + group
         try:
             status = await self.admin.topic_status(topic)
-        except OrbitMQError as e:
-            return {"group": group, "topic": topic, "total": 0, "messages": [], "note": str(e)}
+        except (TopicNotExistError, NoRouteError):  # created by the first dead letter
+            return {"group": group, "topic": topic, "total": 0, "messages": [],
+                    "note": f"{topic} does not exist: no message of {group} went dead yet"}
         limit = self.cfg.max_messages
         names = {v: k for k, v in (await self.broker_addr_names()).items()}
         found: list[dict[str, Any]] = []

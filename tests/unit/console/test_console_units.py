@@ -202,3 +202,19 @@ def test_cli_refuses_a_bad_console_config_with_one_line_and_exit_2(tmp_path: Pat
         assert result.exit_code == 2, result.output
         lines = [ln for ln in result.output.splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("orbitmq: error: "), result.output
+
+
+def test_api_answers_502_naming_an_unreachable_name_server() -> None:
+    from orbitmq.testing.procs import free_port
+
+    dead = f"127.0.0.1:{free_port()}"
+
+    async def main() -> None:
+        async with TestClient(TestServer(make_app(ConsoleConfig(namesrv=dead)))) as c:
+            for path in ("/api/cluster", "/api/topics", "/api/groups", "/api/topics/T", "/api/dlq/G",
+                         "/api/controller", "/api/messages/by-key?topic=T&key=k"):
+                r = await c.get(path)
+                assert r.status == 502, (path, r.status)
+                assert dead in (await r.json())["error"], path
+
+    asyncio.run(main())
