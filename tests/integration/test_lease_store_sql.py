@@ -21,6 +21,7 @@ from orbitmq.base.clock import monotonic_ms
 from orbitmq.base.errors import ConfigError
 from orbitmq.lease import Candidate, LeaseConfig, LeaseElector, LeaseStoreError, LeaseView, open_config_store
 from orbitmq.testing.sql_dbs import SqlDb, SqlDbUnavailable, create_db, db_proxy, drop_db
+from orbitmq.testing.tcp_proxy import TcpProxy
 
 TTL = 1500
 KINDS = ("postgresql", "mysql", "sqlite")
@@ -190,9 +191,25 @@ def test_three_candidates_at_once_exactly_one_wins_each_epoch(kind: str, url_of:
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("fault", ("refused", "blackhole"))
 @pytest.mark.parametrize("kind", ("postgresql", "mysql"))
-def test_unreachable_database_stops_acknowledgements_then_election_resumes(kind: str,
+def test_unreachable_database_stops_acknowledgements_then_election_resumes(kind: str, fault: str,
                                                                           dbs: dict[str, SqlDb]) -> None:
+    """refused: connections cut and new ones refused; blackhole: bytes held back, so statements time out on
+    live connections (the drivers' cancellation path)."""
+    async def cut(proxy: TcpProxy) -> None:
+        if fault == "refused":
+            await proxy.block()
+        else:
+            proxy.delay_ms = 3_600_000
+
+    async def heal(proxy: TcpProxy) -> None:
+        if fault == "refused":
+            await proxy.unblock()
+        else:
+            proxy.delay_ms = 0
+            proxy.cut()  # what is held back would arrive an hour late: reconnect
+
     async def main() -> None:
         proxy, url = await db_proxy(dbs[kind])
         cfg = cfg_for(url)
@@ -206,13 +223,13 @@ def test_unreachable_database_stops_acknowledgements_then_election_resumes(kind:
             assert await m.publish_sync_members([other.me.addr])
             deadline = m._deadline  # local deadline from the last renewal before the cut
             assert deadline is not None
-            await proxy.block()
+            await cut(proxy)
             assert await wait_for(lambda: not m.may_acknowledge(), TTL / 1000 + 1)
             assert monotonic_ms() <= deadline + cfg.renew_interval_ms + 200  # at the latest the next deadline
             assert await wait_for(lambda: not m.view().is_master and not m.view().db_ok, TTL * 3 / 1000)
             await asyncio.sleep(TTL / 1000)
             assert rec.masters_now() == []
-            await proxy.unblock()
+            await heal(proxy)
             assert await wait_for(lambda: len(rec.masters_now()) == 1, TTL * 4 / 1000)
             (m2,) = rec.masters_now()
             assert m2.view().epoch == 2 and m2.view().db_ok
