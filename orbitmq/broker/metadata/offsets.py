@@ -92,8 +92,15 @@ class ConsumerOffsetManager:
             queues[queue_id] = offset
         else:
             return
-        stamps = self._stamps.setdefault(key, {})
-        stamps[queue_id] = stamp or max(self._clock(), stamps.get(queue_id, 0) + 1)
+        stamps = self._stamps.get(key)
+        if stamps is None:
+            stamps = self._stamps[key] = {}
+        if not stamp:
+            stamp = self._clock()
+            last = stamps.get(queue_id, 0)
+            if stamp <= last:
+                stamp = last + 1
+        stamps[queue_id] = stamp
         self._dirty = True
         self._versions.changed()
 
