@@ -1,6 +1,6 @@
-"""mqadmin commands for consumer and producer groups: consumerProgress, consumerConnection, producerConnection,
-updateSubGroup, deleteSubGroup, getConsumerConfig, resetOffsetByTime, skipAccumulatedMessage, cloneGroupOffset,
-brokerConsumeStats, statsAll."""
+"""mqadmin commands for consumer and producer groups: consumerProgress, consumerConnection, consumerStatus,
+producerConnection, updateSubGroup, deleteSubGroup, getConsumerConfig, resetOffsetByTime, skipAccumulatedMessage,
+cloneGroupOffset, brokerConsumeStats, statsAll."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from orbitmq.base.errors import OrbitMQError
 from orbitmq.cli import CliError, Output
 from orbitmq.cli.admin_common import (
     AdminSession,
@@ -86,6 +87,61 @@ def consumer_connection(consumer_group: str, broker_addr: str | None, namesrv: s
                   [[t, sd.sub_string] for t, sd in sorted(conn.subscription_table.items())])
         out.line(f"consumeType: {conn.consume_type}  messageModel: {conn.message_model}  "
                  f"consumeFromWhere: {conn.consume_from_where}")
+
+    run_admin(namesrv, timeout_ms, action)
+
+
+def _client_time(value: Any) -> Any:
+    """A client-reported timestamp: a date when it is epoch milliseconds, else the number as sent (a client may
+    report a monotonic clock)."""
+    try:
+        ms = int(value)
+    except (TypeError, ValueError):
+        return value
+    return fmt_ms(ms) if ms > 1_000_000_000_000 else (ms if ms > 0 else "-")
+
+
+@click.command("consumerStatus")
+@click.option("-g", "--group", "consumer_group", required=True, help="consumer group")
+@click.option("-i", "--client-id", default=None, help="one client's full running info")
+@click.option("-b", "--broker-addr", default=None, help="ask through this broker (default: the group's brokers)")
+@common_options
+def consumer_status(consumer_group: str, client_id: str | None, broker_addr: str | None, namesrv: str,
+                    json_mode: bool, timeout_ms: int) -> None:
+    """What each online client of a group is doing (GET_CONSUMER_RUNNING_INFO through a broker): its settings
+    and, per queue it holds, commit offset, cached messages and last pull / consume."""
+    out = Output(json_mode)
+
+    async def action(s: AdminSession) -> None:
+        if client_id is not None:
+            info = await s.admin.consumer_running_info(consumer_group, client_id, broker_addr)
+            rows = [[mq.topic, mq.broker_name, mq.queue_id, pq.get("commitOffset"), pq.get("cachedMsgCount"),
+                     pq.get("cachedMsgMinOffset"), pq.get("cachedMsgMaxOffset"), pq.get("locked"),
+                     _client_time(pq.get("lastPullTimestamp")), _client_time(pq.get("lastConsumeTimestamp"))]
+                    for mq, pq in info.mq_table]
+            columns = ["topic", "broker", "queue", "commitOffset", "cached", "cachedMin", "cachedMax", "locked",
+                       "lastPull", "lastConsume"]
+            if json_mode:
+                out.json({"properties": info.properties, "subscriptions": info.subscriptions,
+                          "queues": [dict(zip(columns, r, strict=True)) for r in rows]})
+                return
+            out.kv(f"{client_id} ({consumer_group})", sorted(info.properties.items()))
+            out.table("queues", columns, rows, numeric=("queue", "commitOffset", "cached", "cachedMin", "cachedMax"))
+            return
+        conn = await s.admin.consumer_connections(consumer_group, broker_addr)
+        rows = []
+        for c in sorted(conn.connection_set, key=lambda c: c.client_id):
+            try:
+                info = await s.admin.consumer_running_info(consumer_group, c.client_id, broker_addr)
+            except OrbitMQError as exc:
+                rows.append([c.client_id, c.client_addr, c.language, c.version, None, None, f"error: {exc}"])
+                continue
+            cached = sum(int(pq.get("cachedMsgCount") or 0) for _, pq in info.mq_table)
+            rows.append([c.client_id, c.client_addr, c.language, c.version, len(info.mq_table), cached,
+                         info.properties.get("PROP_CONSUME_TYPE", "-")])
+        out.table(f"status of {consumer_group}", ["clientId", "clientAddr", "language", "version", "queues",
+                                                  "cachedMsgs", "consumeType"], rows,
+                  numeric=("version", "queues", "cachedMsgs"))
 
     run_admin(namesrv, timeout_ms, action)
 
@@ -296,6 +352,6 @@ def stats_all(topic: str | None, active_topic: bool, namesrv: str, json_mode: bo
     run_admin(namesrv, timeout_ms, action)
 
 
-GROUP_COMMANDS = [consumer_progress, consumer_connection, producer_connection, update_sub_group, delete_sub_group,
+GROUP_COMMANDS = [consumer_progress, consumer_connection, consumer_status, producer_connection, update_sub_group, delete_sub_group,
                   get_consumer_config, reset_offset_by_time, skip_accumulated_message, clone_group_offset,
                   broker_consume_stats, stats_all]

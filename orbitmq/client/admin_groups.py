@@ -58,6 +58,28 @@ class GroupProgress:
     problems: list[BrokerProblem] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class ConsumerRunningInfo:
+    """A consumer client's GET_CONSUMER_RUNNING_INFO answer: its properties, subscriptions and, per queue it
+    holds, the process-queue state (commitOffset, cachedMsgCount, lastPullTimestamp, ...)."""
+
+    properties: dict[str, str]
+    subscriptions: list[dict[str, Any]]
+    mq_table: list[tuple[MessageQueue, dict[str, Any]]]
+    status_table: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, body: bytes | None) -> ConsumerRunningInfo:
+        d = fastjson.loads(body) if body else {}
+        raw = d.get("mqTable") or {}
+        pairs = raw if isinstance(raw, list) else list(raw.items())
+        table = [(k if isinstance(k, MessageQueue) else MessageQueue.from_json_obj(dict(k)), dict(v or {}))
+                 for k, v in pairs]
+        return cls({str(k): str(v) for k, v in (d.get("properties") or {}).items()},
+                   list(d.get("subscriptionSet") or []), sorted(table, key=lambda kv: kv[0]),
+                   dict(d.get("statusTable") or {}))
+
+
 def subscription_group_body(group: str, *, consume_enable: bool = True, consume_from_min_enable: bool = True,
                             consume_broadcast_enable: bool = True, consume_message_orderly: bool = False,
                             retry_queue_nums: int = 1, retry_max_times: int = 16, broker_id: int = 0,
@@ -165,6 +187,28 @@ class GroupAdmin(AdminBase):
             except OrbitMQError as e:
                 last = e
         raise last or ConsumerNotOnlineError(f"no broker knows consumer group {group}")
+
+    async def consumer_running_info(self, group: str, client_id: str,
+                                    broker_addr: str | None = None) -> ConsumerRunningInfo:
+        """GET_CONSUMER_RUNNING_INFO, relayed by a broker the group is connected to (the first of the group's
+        brokers that knows the client, unless `broker_addr` is given)."""
+        if broker_addr:
+            addrs = [broker_addr]
+        else:
+            try:
+                addrs = [a for _, a in await self.topic_masters(f"{MIXALL_RETRY_PREFIX}{group}")]
+            except TopicNotExistError:
+                addrs = []
+            addrs = addrs or await self._master_addrs()
+        last: Exception | None = None
+        for addr in addrs:
+            try:
+                resp = await self.request(addr, RequestCode.GET_CONSUMER_RUNNING_INFO,
+                                          {"consumerGroup": group, "clientId": client_id, "jstackEnable": False})
+                return ConsumerRunningInfo.from_json(resp.body)
+            except OrbitMQError as e:
+                last = e
+        raise last or ConsumerNotOnlineError(f"no broker knows consumer {client_id} of group {group}")
 
     async def producer_connections(self, group: str, topic: str) -> ProducerConnection:
         """GET_PRODUCER_CONNECTION_LIST on the topic's masters; connections merged by client id."""

@@ -135,6 +135,14 @@ def test_connections_and_ctrl_c_says_interrupted(server) -> None:
         assert first.strip(), proc.stderr.read() if proc.stderr else ""
         conn = js("consumerConnection", "-g", "AdmLive", namesrv=ns)
         assert len(conn["connectionSet"]) == 1 and "AdmT" in conn["subscriptionTable"]
+        client_id = conn["connectionSet"][0]["clientId"]
+        status = js("consumerStatus", "-g", "AdmLive", namesrv=ns)
+        assert [r["clientId"] for r in status] == [client_id] and status[0]["queues"] >= 2
+        one = js("consumerStatus", "-g", "AdmLive", "-i", client_id, namesrv=ns)
+        assert one["properties"]["messageModel"] == "CLUSTERING"
+        assert {(q["topic"], q["queue"]) for q in one["queues"]} >= {("AdmT", 0), ("AdmT", 1)}
+        assert_one_line_error(cli("consumerStatus", "-g", "AdmLive", "-i", "1.2.3.4@nobody", namesrv=ns), 1,
+                              "not online")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:

@@ -1,11 +1,14 @@
-"""Group-wide admin requests of mqadmin: CLONE_GROUP_OFFSET (cloneGroupOffset) and GET_BROKER_CONSUME_STATS
-(brokerConsumeStats: every group's ConsumeStats on this broker, built with the GET_CONSUME_STATS handler)."""
+"""Group-wide admin requests of mqadmin: CLONE_GROUP_OFFSET (cloneGroupOffset), GET_BROKER_CONSUME_STATS
+(brokerConsumeStats: every group's ConsumeStats on this broker, built with the GET_CONSUME_STATS handler) and
+GET_CONSUMER_RUNNING_INFO (consumerStatus: forwarded to the named client over its own connection, its answer
+relayed)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from orbitmq.base.errors import RemotingError
 from orbitmq.broker.handlers import admin
 from orbitmq.broker.handlers.guard import guarded
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_bool, ext_str
@@ -15,7 +18,8 @@ from orbitmq.protocol.bodies.consume_stats_list import ConsumeStatsList
 if TYPE_CHECKING:
     from orbitmq.broker.context import BrokerContext
 
-Handler = Callable[[Any, RemotingCommand], RemotingCommand | None]
+Handler = Callable[[Any, RemotingCommand], Any]
+CALL_CLIENT_TIMEOUT_MS = 5000
 
 
 def handlers(ctx: BrokerContext) -> dict[int, Handler]:
@@ -57,7 +61,22 @@ def handlers(ctx: BrokerContext) -> dict[int, Handler]:
                 body.total_diff += stats.total_diff()
         return cmd.response(body=body.to_json())
 
+    async def get_consumer_running_info(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        group = ext_str(cmd.ext_fields, "consumerGroup")
+        client_id = ext_str(cmd.ext_fields, "clientId")
+        info = ctx.clients.consumer_group(group)
+        channel = next((ch for ch in (info.channels.values() if info else ()) if ch.client_id == client_id), None)
+        if channel is None:
+            return admin._error(cmd, f"The Consumer <{group}> <{client_id}> not online")
+        forward = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, dict(cmd.ext_fields or {}))
+        try:
+            answer = await channel.conn.invoke(forward, CALL_CLIENT_TIMEOUT_MS)
+        except RemotingError as e:
+            return admin._error(cmd, f"invoke consumer <{group}> <{client_id}> failed: {e}")
+        return cmd.response(answer.code, answer.remark, body=answer.body)
+
     return guarded({
         RequestCode.CLONE_GROUP_OFFSET: clone_group_offset,
         RequestCode.GET_BROKER_CONSUME_STATS: get_broker_consume_stats,
+        RequestCode.GET_CONSUMER_RUNNING_INFO: get_consumer_running_info,
     })
