@@ -65,6 +65,7 @@ class LeaseElector:
         self._is_master = False
         self._epoch = 0  # held epoch (master) or the pending grant (CHALLENGE_COMPLETE)
         self._held_epoch = 0  # the last epoch this node was master at
+        self._blocked_epoch = 0  # the last term whose expired lease this node was not eligible to take over
         # monotonic ms from which the holder acknowledges nothing unless it renewed; None: acknowledge nothing
         # (a sentinel number would not do: an injected or foreign monotonic clock may be at any value)
         self._deadline: int | None = None
@@ -278,8 +279,10 @@ class LeaseElector:
                 self._fails = 0
             return max(1, min(cfg.renew_interval_ms, row.remaining_ms + self._jitter()))
         if not row.may_take_over(self.me.addr):
-            log.info("lease %s: expired, but %s is not in sync_members %s: waiting", cfg.name, self.me.addr,
-                     list(row.sync_members))
+            if self._blocked_epoch != row.epoch:  # once per term, not every poll
+                self._blocked_epoch = row.epoch
+                log.warning("lease %s: expired, but %s is not in sync_members %s: it may lack acknowledged "
+                            "writes, so it waits for a member", cfg.name, self.me.addr, list(row.sync_members))
             return cfg.renew_interval_ms
         self._set(LeaseState.CHALLENGE_MASTER)
         return 0

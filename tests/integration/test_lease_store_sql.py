@@ -221,11 +221,11 @@ def test_unreachable_database_stops_acknowledgements_then_election_resumes(kind:
             (m,) = rec.masters_now()
             other = electors[1 - electors.index(m)]
             assert await m.publish_sync_members([other.me.addr])
-            deadline = m._deadline  # local deadline from the last renewal before the cut
-            assert deadline is not None
             await cut(proxy)
+            t_cut = monotonic_ms()
             assert await wait_for(lambda: not m.may_acknowledge(), TTL / 1000 + 1)
-            assert monotonic_ms() <= deadline + cfg.renew_interval_ms + 200  # at the latest the next deadline
+            # every renewal that can still succeed was sent before the cut: its deadline is < cut + TTL - margin
+            assert monotonic_ms() - t_cut <= TTL - cfg.margin_ms + 500  # (+ polling slack on a busy machine)
             assert await wait_for(lambda: not m.view().is_master and not m.view().db_ok, TTL * 3 / 1000)
             await asyncio.sleep(TTL / 1000)
             assert rec.masters_now() == []
