@@ -27,6 +27,18 @@ BROKER_REGISTRATION_CODES: frozenset[int] = frozenset(int(c) for c in (
 ))
 
 
+# what a controller accepts only with the cluster signature: broker registration, heartbeats and role changes, the
+# admin writes, and the Raft messages of its peers (reads such as GET_METADATA_INFO and GET_SYNC_STATE_DATA stay open)
+CONTROLLER_GUARDED_CODES: frozenset[int] = frozenset(int(c) for c in (
+    RequestCode.BROKER_HEARTBEAT, RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, RequestCode.CONTROLLER_ELECT_MASTER,
+    RequestCode.CONTROLLER_REGISTER_BROKER,
+    RequestCode.UPDATE_CONTROLLER_CONFIG, RequestCode.CLEAN_BROKER_DATA, RequestCode.CONTROLLER_GET_NEXT_BROKER_ID,
+    RequestCode.CONTROLLER_APPLY_BROKER_ID, RequestCode.BROKER_CLOSE_CHANNEL_REQUEST,
+    RequestCode.CHECK_NOT_ACTIVE_BROKER_REQUEST, RequestCode.RAFT_BROKER_HEART_BEAT_EVENT_REQUEST,
+    RequestCode.ORBIT_RAFT_MESSAGE,
+))
+
+
 class ClusterSecretGuard:
     """A request handler that checks the cluster signature on `codes` before delegating to `handler`."""
 
@@ -62,5 +74,5 @@ def cluster_signer(secret: str) -> Callable[[RemotingCommand], object] | None:
     return lambda cmd: sign_request(cmd, creds)
 
 
-def cluster_guarded(handler: Any, secret: str) -> Any:
-    return ClusterSecretGuard(handler, secret) if secret else handler
+def cluster_guarded(handler: Any, secret: str, codes: Iterable[int] = BROKER_REGISTRATION_CODES) -> Any:
+    return ClusterSecretGuard(handler, secret, codes) if secret else handler

@@ -45,6 +45,8 @@ class ControllerConfig:
     metrics_exporter_type: str = "DISABLE"
     metrics_prom_exporter_host: str = ""  # "" -> listenHost
     metrics_prom_exporter_port: int = 5557
+    # brokers' writes, admin writes and Raft peer messages need this secret's signature ("" = off; security.md)
+    cluster_secret: str = ""
 
     @property
     def peers(self) -> dict[str, str]:
@@ -92,6 +94,8 @@ class ControllerConfig:
         for f in fields(self):
             v = getattr(self, f.name)
             text = ("true" if v else "false") if isinstance(v, bool) else str(v)
+            if f.name == "cluster_secret" and v:
+                text = "******"  # never handed out
             lines.append(f"{_KEY_OF[f.name]}={text}\n")
         return "".join(lines)
 
@@ -118,6 +122,7 @@ CONF_KEYS: dict[str, str] = {
     "metricsExporterType": "metrics_exporter_type",
     "metricsPromExporterHost": "metrics_prom_exporter_host",
     "metricsPromExporterPort": "metrics_prom_exporter_port",
+    "clusterSecret": "cluster_secret",
 }
 _KEY_OF: dict[str, str] = {}
 for _k, _f in CONF_KEYS.items():
@@ -127,7 +132,7 @@ for _k, _f in CONF_KEYS.items():
 _ALWAYS_BLACK = frozenset({"configBlackList", "configStorePath", "rocketmqHome", "controllerDLegerGroup",
                            "controllerDLegerPeers", "controllerDLegerSelfId", "controllerStorePath", "listenPort",
                            "listenHost", "bindAddress", "raftTickMs", "raftElectionTicks",
-                           "raftSnapshotEvery"})
+                           "raftSnapshotEvery", "clusterSecret"})
 
 # RocketMQ keys accepted without effect (thread pools, DLedger file sizes, jRaft, metrics, namesrv embedding)
 IGNORED_KEYS = frozenset({

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from orbitmq.acl.cluster import CONTROLLER_GUARDED_CODES, cluster_guarded, cluster_signer
 from orbitmq.base.clock import REAL_CLOCK, Clock
 from orbitmq.base.prom import prom_enabled
 from orbitmq.controller.config import ControllerConfig
@@ -63,13 +64,15 @@ class ControllerService:
         self.processor = ControllerProcessor(self)
         self.notifier = RoleChangeNotifier()
         peers = config.peers
-        self.transport = RaftTransport(config.controller_dleger_group, config.controller_dleger_self_id, peers)
+        self.transport = RaftTransport(config.controller_dleger_group, config.controller_dleger_self_id, peers,
+                                       sign=cluster_signer(config.cluster_secret))  # peers sign with the secret
         self.driver = RaftDriver(
             RaftConfig(config.controller_dleger_self_id, tuple(peers), election_ticks=config.raft_election_ticks,
                        tick_ms=config.raft_tick_ms),
             RaftStorage(os.path.join(config.controller_store_path, RAFT_DIR)), self.transport, self.sm,
             rng=rng, clock=clock, snapshot_every=config.raft_snapshot_every)
-        self.server = RemotingServer(self.handle, config.listen_host, config.port, name="controller",
+        self.server = RemotingServer(cluster_guarded(self.handle, config.cluster_secret, CONTROLLER_GUARDED_CODES),
+                                     config.listen_host, config.port, name="controller",
                                      on_close=self.on_channel_closed)
         self._write_lock = asyncio.Lock()
         self._ready_term = -1

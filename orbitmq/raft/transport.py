@@ -66,12 +66,13 @@ class RaftTransport:
     def __init__(self, group: str, node_id: str, peers: Mapping[str, str], *,
                  client: RemotingClient | None = None, queue_limit: int = DEFAULT_QUEUE_LIMIT,
                  max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, connect_timeout_ms: int = 1000,
-                 retry_backoff_ms: int = 100) -> None:
+                 retry_backoff_ms: int = 100, sign: Callable[[RemotingCommand], object] | None = None) -> None:
         if node_id not in peers:
             raise ValueError(f"node id {node_id!r} is not one of the peers {sorted(peers)}")
         self.group = group
         self.node_id = node_id
         self.addrs = dict(peers)
+        self._sign = sign  # applied to every outgoing message (the cluster secret's signature)
         self._own_client = client is None
         self._client = client if client is not None else self._new_client(node_id, connect_timeout_ms)
         self._connect_timeout_ms = connect_timeout_ms
@@ -174,6 +175,8 @@ class RaftTransport:
                 cmd = RemotingCommand.request(RequestCode.ORBIT_RAFT_MESSAGE,
                                               {"group": self.group, "from": self.node_id},
                                               encode_batch_parts(batch), oneway=True)
+                if self._sign is not None:
+                    self._sign(cmd)
                 try:
                     conn.invoke_oneway(cmd)
                 except RemotingError as e:

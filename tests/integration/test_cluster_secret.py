@@ -125,3 +125,35 @@ def test_cluster_secret_guards_registration_ha_and_broker_trust(tmp_path: Path) 
         assert res.returncode == 0, res.stderr
         log = (tmp_path / "c" / "broker-a-0" / "broker.log").read_text()
         assert "HA connection from" in log and "refused" in log
+
+
+def test_controllers_with_a_cluster_secret(tmp_path: Path) -> None:
+    """RIP-44 controller mode with a secret everywhere: the controllers' Raft (signed peer messages), the brokers'
+    registration, heartbeats and election (signed), the AutoSwitch HA proof and the name server all work; an
+    unsigned election request or Raft message from anyone else is refused."""
+    from orbitmq.testing.controller_cluster import ControllerCluster
+
+    keys = {"clusterSecret": SECRET}
+    with ControllerCluster(tmp_path / "cc", controllers=3, group_size=2, broker_keys=keys, controller_keys=keys,
+                           namesrv_keys=keys) as cluster:
+        cluster.start()
+        leader = cluster.controller_leader()
+
+        async def forge() -> RemotingCommand:
+            client = RemotingClient(name="attacker")
+            try:
+                await client.invoke_oneway(leader.addr, RemotingCommand.request(
+                    RequestCode.ORBIT_RAFT_MESSAGE, {"group": "x", "from": "n9"}, b"\0" * 16, oneway=True))
+                return await client.invoke(leader.addr, RemotingCommand.request(
+                    RequestCode.CONTROLLER_ELECT_MASTER, {"clusterName": "c", "brokerName": "broker-a",
+                                                          "brokerId": "2", "designateElect": "true"}), 3000)
+            finally:
+                await client.close()
+
+        resp = asyncio.run(forge())
+        assert resp.code == ResponseCode.NO_PERMISSION and "clusterSecret" in (resp.remark or ""), resp
+        log_path = tmp_path / "cc" / f"controller-{leader.node}" / "controller.log"
+        deadline = time.monotonic() + 10
+        while f"refused request code {int(RequestCode.ORBIT_RAFT_MESSAGE)}" not in log_path.read_text():
+            assert time.monotonic() < deadline, "the forged Raft message was not refused"
+            time.sleep(0.05)
