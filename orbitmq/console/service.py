@@ -291,29 +291,40 @@ class ConsoleService:
             "subscriptions": sorted(cc.subscription_table),
         }
 
-    async def _progress(self, group: str, topic: str | None = None) -> list[dict[str, Any]]:
-        try:
-            rows = await self.admin.consumer_progress(group, topic)
-        except OrbitMQError:
-            return []
-        return [{"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id, "brokerOffset": bo,
-                 "consumerOffset": co, "lag": lag, "lastTimestamp": ts} for mq, bo, co, lag, ts in rows]
+    async def _progress(self, group: str, topic: str | None = None) -> dict[str, Any]:
+        """Admin.group_progress as JSON: queues, consume TPS, and the broker groups that did not answer (a lag
+        total that silently left a broker out would mislead)."""
+        gp = await self.admin.group_progress(group, topic)
+        return {
+            "queues": [{"topic": q.mq.topic, "brokerName": q.mq.broker_name, "queueId": q.mq.queue_id,
+                        "brokerOffset": q.broker_offset, "consumerOffset": q.consumer_offset, "lag": q.lag,
+                        "lastTimestamp": q.last_timestamp} for q in gp.queues],
+            "consumeTps": round(gp.consume_tps, 2),
+            "problems": [f"broker {p.broker_name} {p.addr}: {p.reason}".replace("  ", " ") for p in gp.problems],
+        }
 
     async def groups(self) -> list[dict[str, Any]]:
         async def one(group: str) -> dict[str, Any]:
-            progress, conns = await asyncio.gather(self._progress(group), self._connections(group))
-            return {"group": group, "online": conns is not None,
-                    "clients": len(conns["connections"]) if conns else 0,
-                    "consumeType": conns["consumeType"] if conns else None,
-                    "messageModel": conns["messageModel"] if conns else None,
-                    "topics": sorted({p["topic"] for p in progress}), "lag": sum(p["lag"] for p in progress)}
+            conns = await self._connections(group)
+            row: dict[str, Any] = {"group": group, "online": conns is not None,
+                                   "clients": len(conns["connections"]) if conns else 0,
+                                   "consumeType": conns["consumeType"] if conns else None,
+                                   "messageModel": conns["messageModel"] if conns else None}
+            try:
+                p = await self._progress(group)
+            except OrbitMQError as e:
+                return {**row, "topics": [], "lag": None, "consumeTps": None, "problems": [str(e)]}
+            return {**row, "topics": sorted({q["topic"] for q in p["queues"]}),
+                    "lag": sum(q["lag"] for q in p["queues"]), "consumeTps": p["consumeTps"],
+                    "problems": p["problems"]}
 
         return await bounded_gather(one, await self._group_names())
 
     async def group(self, group: str) -> dict[str, Any]:
         progress, conns = await asyncio.gather(self._progress(group), self._connections(group))
-        return {"group": group, "online": conns is not None, "connection": conns, "progress": progress,
-                "lag": sum(p["lag"] for p in progress)}
+        return {"group": group, "online": conns is not None, "connection": conns, "progress": progress["queues"],
+                "lag": sum(q["lag"] for q in progress["queues"]), "consumeTps": progress["consumeTps"],
+                "problems": progress["problems"]}
 
     async def reset_offset(self, group: str, topic: str, timestamp_ms: int) -> list[dict[str, Any]]:
         table = await self.admin.reset_offset_by_time(group, topic, timestamp_ms)
@@ -357,7 +368,11 @@ class ConsoleService:
             return []
         out = []
         for g in await self._topic_groups(m.topic):
-            progress, conns = await asyncio.gather(self._progress(g, m.topic), self._connections(g))
+            try:
+                progress = (await self._progress(g, m.topic))["queues"]
+            except OrbitMQError:
+                progress = []
+            conns = await self._connections(g)
             row = next((p for p in progress if p["queueId"] == m.queue_id
                         and (broker_name is None or p["brokerName"] == broker_name)), None)
             status = "UNKNOWN" if row is None else ("CONSUMED" if row["consumerOffset"] > m.queue_offset

@@ -242,7 +242,9 @@ async function pageGroups() {
       {key: "clients", label: "Clients", num: true},
       {key: "messageModel", label: "Model"}, {key: "consumeType", label: "Type"},
       {key: "topics", label: "Topics", render: (r) => r.topics.join(", ") || "-"},
-      {key: "lag", label: "Lag", num: true},
+      {key: "lag", label: "Lag", num: true, render: (r) => r.problems.length
+        ? el("span", {class: "bad", title: r.problems.join("; ")}, `${fmtNum(r.lag)} (incomplete)`) : fmtNum(r.lag)},
+      {key: "consumeTps", label: "Consumed / s", num: true},
       {key: "dlq", label: "", render: (r) => el("a", {href: "#/dlq/" + encodeURIComponent(r.group)}, "dead letters")},
     ], rows.map((r) => Object.assign({__key: r.group}, r)), "no consumer group"),
   ];
@@ -273,7 +275,10 @@ async function pageGroup(name) {
   return [
     title(`Consumer group ${d.group}`, refreshButton(render)),
     el("div", {class: "stats"}, stat("group-lag", "messages behind (lag)", d.lag),
+      stat("group-tps", "consumed / s", d.consumeTps),
       stat("group-clients", "clients online", conn ? conn.connections.length : 0)),
+    d.problems.length ? el("div", {class: "error", id: "group-problems"},
+      "Not counted (a broker did not answer): ", d.problems.join("; ")) : null,
     el("h3", {}, "Progress per queue"),
     table("progress", [{key: "topic", label: "Topic", render: (r) => topicLink(r.topic)},
       {key: "brokerName", label: "Broker"}, {key: "queueId", label: "Queue", num: true},

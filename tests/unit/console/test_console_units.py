@@ -218,3 +218,23 @@ def test_api_answers_502_naming_an_unreachable_name_server() -> None:
                 assert dead in (await r.json())["error"], path
 
     asyncio.run(main())
+
+
+def test_group_lag_names_the_brokers_it_could_not_count() -> None:
+    from orbitmq.client.admin_groups import BrokerProblem, GroupProgress, QueueProgress
+    from orbitmq.console.service import ConsoleService
+    from orbitmq.model import MessageQueue
+
+    class FakeAdmin:
+        async def group_progress(self, group: str, topic: str | None = None) -> GroupProgress:
+            return GroupProgress(group, [QueueProgress(MessageQueue("T", "broker-a", 0), 10, 4, 6, 0)], 1.5,
+                                 [BrokerProblem("broker-b", "10.0.0.2:10911", "unreachable: connect failed")])
+
+        async def consumer_connections(self, group: str) -> Any:
+            raise ConfigError("not online")  # any OrbitMQError: offline
+
+    svc = ConsoleService(ConsoleConfig())
+    svc.admin = FakeAdmin()  # type: ignore[assignment]
+    d = asyncio.run(svc.group("G"))
+    assert (d["lag"], d["consumeTps"], d["online"]) == (6, 1.5, False)
+    assert d["problems"] == ["broker broker-b 10.0.0.2:10911: unreachable: connect failed"]
