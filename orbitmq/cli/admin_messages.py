@@ -61,11 +61,16 @@ def query_msg_by_key(topic: str, key: str, max_num: int, namesrv: str, json_mode
               help="the msgId producers print (UNIQ_KEY) or the offset message id; several, comma separated")
 @click.option("-t", "--topic", default=None, help="topic of a unique id (default: search every topic's index)")
 @click.option("--body-limit", type=int, default=4096, show_default=True, help="characters of body to show")
+@click.option("-g", "--consumer-group", default=None, help="with -d: have this group's client consume it directly")
+@click.option("-d", "--client-id", default=None, help="with -g: the client that consumes it (consumerConnection)")
 @common_options
-def query_msg_by_id(msg_id: str, topic: str | None, body_limit: int, namesrv: str, json_mode: bool,
-                    timeout_ms: int) -> None:
+def query_msg_by_id(msg_id: str, topic: str | None, body_limit: int, consumer_group: str | None,
+                    client_id: str | None, namesrv: str, json_mode: bool, timeout_ms: int) -> None:
     """A message by either id kind: the offset message id (store address inside) or the unique id a producer
-    prints (the topic's index; without -t every topic's index is searched)."""
+    prints (the topic's index; without -t every topic's index is searched). With -g and -d the client runs its
+    listener on the message (CONSUME_MESSAGE_DIRECTLY; no offset moves) and its result is shown."""
+    if (consumer_group is None) != (client_id is None):
+        raise click.UsageError("-g CONSUMER_GROUP and -d CLIENT_ID go together")
     out = Output(json_mode)
     ids = [i.strip().upper() for i in msg_id.split(",") if i.strip()]
 
@@ -75,15 +80,21 @@ def query_msg_by_id(msg_id: str, topic: str | None, body_limit: int, namesrv: st
             with progress(f"searching {one}", None, topic is None) as update:
                 m = await s.admin.query_msg_by_id(one, topic, on_topic=lambda t, i, n, one=one: update(
                     description=f"searching {one} in {t} ({i + 1}/{n})"))
-            found.append((one, m))
+            detail = message_detail(m, body_limit)
+            if consumer_group is not None and client_id is not None:
+                result = await s.admin.consume_message_directly(consumer_group, client_id, m.offset_msg_id)
+                detail += [("consumeDirectly", f"{result.get('consumeResult')} "
+                                               f"({result.get('spentTimeMills')} ms)"
+                                               + (f": {result['remark']}" if result.get("remark") else ""))]
+            found.append((one, detail))
         if json_mode and len(found) == 1:
-            out.json(dict(message_detail(found[0][1], body_limit)))
+            out.json(dict(found[0][1]))
             return
         if json_mode:
-            out.json([dict(message_detail(m, body_limit)) for _, m in found])
+            out.json([dict(d) for _, d in found])
             return
-        for one, m in found:
-            out.kv(f"message {one}", message_detail(m, body_limit))
+        for one, d in found:
+            out.kv(f"message {one}", d)
 
     run_admin(namesrv, timeout_ms, action)
 

@@ -12,6 +12,7 @@ from typing import Any
 from orbitmq.base.errors import OrbitMQError, RemotingError
 from orbitmq.client import broker_api
 from orbitmq.client.admin_base import AdminBase, AdminError
+from orbitmq.client.admin_messages import offset_id_address
 from orbitmq.client.errors import ConsumerNotOnlineError, ResponseError, TopicNotExistError
 from orbitmq.model import MessageQueue
 from orbitmq.protocol import RequestCode, ResponseCode, fastjson
@@ -209,6 +210,17 @@ class GroupAdmin(AdminBase):
             except OrbitMQError as e:
                 last = e
         raise last or ConsumerNotOnlineError(f"no broker knows consumer {client_id} of group {group}")
+
+    async def consume_message_directly(self, group: str, client_id: str, offset_msg_id: str) -> dict[str, Any]:
+        """CONSUME_MESSAGE_DIRECTLY through the broker that stores the message (the host inside the offset id): the
+        client runs its listener on that one message and answers with consumeResult (CR_SUCCESS, CR_LATER,
+        CR_THROW_EXCEPTION...), remark and spentTimeMills. No offset moves."""
+        where = offset_id_address(offset_msg_id)
+        if where is None:
+            raise AdminError(f"not an offset message id: {offset_msg_id}")
+        resp = await self.request(where[0], RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                                  {"consumerGroup": group, "clientId": client_id, "msgId": offset_msg_id})
+        return dict(fastjson.loads(resp.body)) if resp.body else {}
 
     async def producer_connections(self, group: str, topic: str) -> ProducerConnection:
         """GET_PRODUCER_CONNECTION_LIST on the topic's masters; connections merged by client id."""

@@ -143,6 +143,9 @@ def test_connections_and_ctrl_c_says_interrupted(server) -> None:
         assert {(q["topic"], q["queue"]) for q in one["queues"]} >= {("AdmT", 0), ("AdmT", 1)}
         assert_one_line_error(cli("consumerStatus", "-g", "AdmLive", "-i", "1.2.3.4@nobody", namesrv=ns), 1,
                               "not online")
+        sent = js("sendMessage", "-t", "AdmT", "-p", "direct", namesrv=ns)[0]
+        direct = js("queryMsgById", "-i", sent["msgId"], "-t", "AdmT", "-g", "AdmLive", "-d", client_id, namesrv=ns)
+        assert direct["body"] == "direct" and direct["consumeDirectly"].startswith("CR_SUCCESS"), direct
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:

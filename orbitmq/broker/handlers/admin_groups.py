@@ -1,7 +1,7 @@
 """Group-wide admin requests of mqadmin: CLONE_GROUP_OFFSET (cloneGroupOffset), GET_BROKER_CONSUME_STATS
 (brokerConsumeStats: every group's ConsumeStats on this broker, built with the GET_CONSUME_STATS handler) and
-GET_CONSUMER_RUNNING_INFO (consumerStatus: forwarded to the named client over its own connection, its answer
-relayed)."""
+GET_CONSUMER_RUNNING_INFO and CONSUME_MESSAGE_DIRECTLY (consumerStatus, queryMsgById -g -d: forwarded to the
+named client over its own connection, the stored message attached for the latter, the answer relayed)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from orbitmq.base.errors import RemotingError
 from orbitmq.broker.handlers import admin
 from orbitmq.broker.handlers.guard import guarded
+from orbitmq.model.msg_id import decode_offset_msg_id
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_bool, ext_str
 from orbitmq.protocol.bodies import ConsumeStats
 from orbitmq.protocol.bodies.consume_stats_list import ConsumeStatsList
@@ -61,22 +62,40 @@ def handlers(ctx: BrokerContext) -> dict[int, Handler]:
                 body.total_diff += stats.total_diff()
         return cmd.response(body=body.to_json())
 
-    async def get_consumer_running_info(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    async def call_consumer(cmd: RemotingCommand, ext: dict[str, str], body: bytes | None = None) -> RemotingCommand:
+        """Send `cmd`'s request to the client named by its consumerGroup/clientId and relay the answer."""
         group = ext_str(cmd.ext_fields, "consumerGroup")
         client_id = ext_str(cmd.ext_fields, "clientId")
         info = ctx.clients.consumer_group(group)
         channel = next((ch for ch in (info.channels.values() if info else ()) if ch.client_id == client_id), None)
         if channel is None:
             return admin._error(cmd, f"The Consumer <{group}> <{client_id}> not online")
-        forward = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, dict(cmd.ext_fields or {}))
         try:
-            answer = await channel.conn.invoke(forward, CALL_CLIENT_TIMEOUT_MS)
+            answer = await channel.conn.invoke(RemotingCommand.request(cmd.code, ext, body), CALL_CLIENT_TIMEOUT_MS)
         except RemotingError as e:
             return admin._error(cmd, f"invoke consumer <{group}> <{client_id}> failed: {e}")
         return cmd.response(answer.code, answer.remark, body=answer.body)
+
+    async def get_consumer_running_info(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        return await call_consumer(cmd, dict(cmd.ext_fields or {}))
+
+    async def consume_message_directly(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        msg_id = ext_str(cmd.ext_fields, "msgId")
+        try:
+            _, _, phys = decode_offset_msg_id(msg_id)
+        except ValueError as e:
+            return admin._error(cmd, f"msgId {msg_id!r} is not an offset message id: {e}",
+                                ResponseCode.INVALID_PARAMETER)
+        raw = ctx.store.select_one_message_by_offset(phys) if phys >= 0 else None
+        if raw is None:
+            return admin._error(cmd, f"can not find message by the offset, {phys}")
+        ext = dict(cmd.ext_fields or {})
+        ext["brokerName"] = ctx.config.broker_name
+        return await call_consumer(cmd, ext, bytes(raw))
 
     return guarded({
         RequestCode.CLONE_GROUP_OFFSET: clone_group_offset,
         RequestCode.GET_BROKER_CONSUME_STATS: get_broker_consume_stats,
         RequestCode.GET_CONSUMER_RUNNING_INFO: get_consumer_running_info,
+        RequestCode.CONSUME_MESSAGE_DIRECTLY: consume_message_directly,
     })
