@@ -10,7 +10,6 @@ from typing import Any
 
 from orbitmq.lease.errors import one_line
 from orbitmq.lease.store_sql import Dialect, SqlLeaseStore
-from orbitmq.lease.url import LeaseUrl
 
 ER_DUP_ENTRY = 1062
 ER_ACCESS_DENIED = (1044, 1045, 1698)
@@ -34,11 +33,6 @@ def _code(e: BaseException) -> int | None:
 
 class MysqlLeaseStore(SqlLeaseStore):
     dialect = MysqlDialect()
-
-    def __init__(self, url: LeaseUrl, *, table: str = "orbitmq_lease", timeout_ms: int = 2000) -> None:
-        super().__init__(url.redacted(), table=table, timeout_ms=timeout_ms)
-        self.url = url
-        self._conn: Any = None
 
     async def _connect(self) -> None:
         import asyncmy  # lazily: a broker without lease election never loads the driver

@@ -8,7 +8,6 @@ from typing import Any
 
 from orbitmq.lease.errors import one_line
 from orbitmq.lease.store_sql import Dialect, SqlLeaseStore
-from orbitmq.lease.url import LeaseUrl
 
 
 class PostgresDialect(Dialect):
@@ -24,11 +23,6 @@ class PostgresDialect(Dialect):
 
 class PostgresLeaseStore(SqlLeaseStore):
     dialect = PostgresDialect()
-
-    def __init__(self, url: LeaseUrl, *, table: str = "orbitmq_lease", timeout_ms: int = 2000) -> None:
-        super().__init__(url.redacted(), table=table, timeout_ms=timeout_ms)
-        self.url = url
-        self._conn: Any = None
 
     async def _connect(self) -> None:
         import asyncpg  # lazily: a broker without lease election never loads the driver

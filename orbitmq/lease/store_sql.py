@@ -14,6 +14,7 @@ from typing import Any
 
 from orbitmq.lease.errors import LeaseStoreError, one_line
 from orbitmq.lease.store import ACTIVE, CHALLENGE, Candidate, LeaseRow, decode_members, encode_members
+from orbitmq.lease.url import LeaseUrl
 
 COLUMNS = ("holder_addr", "holder_nonce", "holder_ha_addr", "epoch", "status", "sync_members")
 
@@ -38,9 +39,11 @@ class Dialect:
 class SqlLeaseStore:
     dialect: Dialect = Dialect()
 
-    def __init__(self, description: str, *, table: str = "orbitmq_lease", timeout_ms: int = 2000) -> None:
-        self.description = description
+    def __init__(self, url: LeaseUrl, *, table: str = "orbitmq_lease", timeout_ms: int = 2000) -> None:
+        self.url = url
+        self.description = url.redacted()  # for messages: never the password
         self.table = table
+        self._conn: Any = None  # the backend's connection, None while disconnected
         self.timeout_s = timeout_ms / 1000
         self._lock = asyncio.Lock()
         self._connected = False

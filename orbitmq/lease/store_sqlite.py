@@ -27,9 +27,8 @@ class SqliteLeaseStore(SqlLeaseStore):
     dialect = SqliteDialect()
 
     def __init__(self, url: LeaseUrl, *, table: str = "orbitmq_lease", timeout_ms: int = 2000) -> None:
-        super().__init__(url.redacted(), table=table, timeout_ms=timeout_ms)
+        super().__init__(url, table=table, timeout_ms=timeout_ms)
         self.path = url.path
-        self._conn: sqlite3.Connection | None = None
 
     async def _connect(self) -> None:
         parent = Path(self.path).parent

@@ -53,6 +53,17 @@ class Group:
         await n.elector.start()
         return n.elector
 
+    async def master_and_followers(self, in_sync: tuple[int, ...] | None = (1,)) -> LeaseElector:
+        """Node 0 becomes master, the others start as followers; node 0 then publishes `in_sync` (None: nothing)."""
+        await self.start(0)
+        await self.wait_master()
+        for i in range(1, len(self.nodes)):
+            await self.start(i)
+        e0 = self.elector(0)
+        if in_sync is not None:
+            assert await e0.publish_sync_members([self.nodes[i].addr for i in in_sync])
+        return e0
+
     def masters(self) -> list[int]:
         return [i for i, n in enumerate(self.nodes) if n.may_acknowledge()]
 
@@ -104,12 +115,8 @@ def test_three_candidates_at_once_exactly_one_wins() -> None:
 def test_crashed_holder_replaced_within_ttl_plus_renew_with_new_epoch() -> None:
     async def main(loop: VirtualTimeLoop) -> None:
         g = Group(loop, 2)
-        await g.start(0)
-        await g.wait_master()
-        await g.start(1)
+        await g.master_and_followers()
         await asyncio.sleep(0.5)
-        e0 = g.elector(0)
-        await e0.publish_sync_members([g.nodes[1].addr])
         crash_at = loop.time()
         g.nodes[0].gate.pause()  # never runs again (a crash as far as the others can tell)
         g.nodes[0].elector = None
@@ -125,10 +132,7 @@ def test_crashed_holder_replaced_within_ttl_plus_renew_with_new_epoch() -> None:
 def test_resign_hands_over_at_once() -> None:
     async def main(loop: VirtualTimeLoop) -> None:
         g = Group(loop, 2)
-        await g.start(0)
-        await g.wait_master()
-        await g.start(1)
-        await g.elector(0).publish_sync_members([g.nodes[1].addr])
+        await g.master_and_followers()
         t = loop.time()
         await g.elector(0).stop(resign=True)
         assert await g.wait_master(not_in=(0,)) == 1
@@ -141,12 +145,8 @@ def test_database_outage_holder_stops_acking_before_deadline_and_election_resume
     for mode in ("refuse", "blackhole"):
         async def main(loop: VirtualTimeLoop, mode: str = mode) -> None:
             g = Group(loop, 2)
-            await g.start(0)
-            await g.wait_master()
-            await g.start(1)
-            await g.elector(0).publish_sync_members([g.nodes[1].addr])
+            e0 = await g.master_and_followers()
             await asyncio.sleep(0.3)
-            e0 = g.elector(0)
             last_deadline = e0._deadline  # the local deadline set by the last successful renewal
             assert last_deadline is not None
             g.db.mode = mode
@@ -166,11 +166,7 @@ def test_database_outage_holder_stops_acking_before_deadline_and_election_resume
 def test_not_in_sync_members_never_takes_over() -> None:
     async def main(loop: VirtualTimeLoop) -> None:
         g = Group(loop, 3)
-        await g.start(0)
-        await g.wait_master()
-        await g.start(1)
-        await g.start(2)
-        assert await g.elector(0).publish_sync_members([g.nodes[2].addr])  # node 1 is behind
+        await g.master_and_followers(in_sync=(2,))  # node 1 is behind
         g.nodes[0].gate.pause()
         g.nodes[0].elector = None
         assert await g.wait_master(not_in=(0,)) == 2
@@ -182,10 +178,7 @@ def test_not_in_sync_members_never_takes_over() -> None:
 def test_holder_alone_blocks_failover_until_it_returns() -> None:
     async def main(loop: VirtualTimeLoop) -> None:
         g = Group(loop, 2)
-        await g.start(0)
-        await g.wait_master()
-        await g.start(1)
-        assert await g.elector(0).publish_sync_members([])  # acknowledging alone: only node 0 has everything
+        await g.master_and_followers(in_sync=())  # acknowledging alone: only node 0 has everything
         g.nodes[0].gate.pause()
         dead = g.nodes[0].elector
         assert dead is not None
@@ -234,11 +227,7 @@ def test_holder_that_finds_another_holder_steps_down_at_once_and_tells_subscribe
 def test_paused_holder_wakes_without_acknowledging_and_steps_down() -> None:
     async def main(loop: VirtualTimeLoop) -> None:
         g = Group(loop, 2)
-        await g.start(0)
-        await g.wait_master()
-        await g.start(1)
-        await g.elector(0).publish_sync_members([g.nodes[1].addr])
-        e0 = g.elector(0)
+        e0 = await g.master_and_followers()
         g.nodes[0].gate.pause()  # SIGSTOP
         assert await g.wait_master(not_in=(0,)) == 1
         assert not e0.may_acknowledge()  # its deadline passed while it was stopped
@@ -265,10 +254,8 @@ def test_lost_take_over_answer_is_recognised_from_the_row() -> None:
 def test_publish_refused_when_not_master_or_db_down() -> None:
     async def main(loop: VirtualTimeLoop) -> None:
         g = Group(loop, 2)
-        await g.start(0)
-        await g.wait_master()
-        e1 = await g.start(1)
-        assert not await e1.publish_sync_members([])
+        await g.master_and_followers(in_sync=None)
+        assert not await g.elector(1).publish_sync_members([])
         g.db.mode = "refuse"
         assert not await g.elector(0).publish_sync_members([g.nodes[1].addr])
         g.db.mode = "up"
