@@ -129,18 +129,24 @@ async def controller_trials(c: ControllerCluster | LeaseCluster, kills: int, con
     return {"failover": dist(probe), "sdk_failover": dist(sdk), "acked": len(load.acked), "problems": problems}
 
 
+def measure(c: ControllerCluster | LeaseCluster, args: argparse.Namespace, console: Console,
+            size: int) -> dict[str, Any]:
+    """Start the cluster, create the topics, then the throughput phase and the kill trials."""
+    c.start()
+    master = c.wait_master()
+    asyncio.run(create_topic(c.ns_addr, master.addr))
+    c.wait_master(topic=TOPIC)
+    result = asyncio.run(throughput(c.ns_addr, args.messages, args.senders, args.size))
+    console.print(f"  throughput: {result}")
+    result.update(asyncio.run(controller_trials(c, args.kills, console, size)))
+    return result
+
+
 def run_controller(all_ack: bool, args: argparse.Namespace, console: Console) -> dict[str, Any]:
     keys = {"allAckInSyncStateSet": all_ack}
     with tempfile.TemporaryDirectory(prefix="failover-bench-") as tmp, \
             ControllerCluster(tmp, broker_keys=keys) as c:
-        c.start()
-        master = c.wait_master()
-        asyncio.run(create_topic(c.ns_addr, master.addr))
-        c.wait_master(topic=TOPIC)
-        result = asyncio.run(throughput(c.ns_addr, args.messages, args.senders, args.size))
-        console.print(f"  throughput: {result}")
-        result.update(asyncio.run(controller_trials(c, args.kills, console)))
-        return result
+        return measure(c, args, console, 3)
 
 
 # ---- lease election ----------------------------------------------------------------------------------------
@@ -154,14 +160,7 @@ def run_lease(kind: str, args: argparse.Namespace, console: Console) -> dict[str
     try:
         with tempfile.TemporaryDirectory(prefix=f"failover-bench-lease-{kind}-") as tmp, \
                 LeaseCluster(tmp, db.url, ttl_ms=args.lease_ttl) as c:
-            c.start()
-            master = c.wait_master()
-            asyncio.run(create_topic(c.ns_addr, master.addr))
-            c.wait_master(topic=TOPIC)
-            result = asyncio.run(throughput(c.ns_addr, args.messages, args.senders, args.size))
-            console.print(f"  throughput: {result}")
-            result.update(asyncio.run(controller_trials(c, args.kills, console, size=2)))
-            return result
+            return measure(c, args, console, 2)
     finally:
         drop_db(db)
 

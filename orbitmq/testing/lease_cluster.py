@@ -14,15 +14,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from orbitmq.protocol.bodies import KVTable, TopicRouteData
-from orbitmq.testing.controller_cluster import CLUSTER, ProxyLoop, _cut, wait_until
+from orbitmq.testing.controller_cluster import CLUSTER, ControllerCluster, ProxyLoop, _cut, wait_until
 from orbitmq.testing.procs import (
     LOCALHOST,
     ServerProcess,
-    blocking_request,
     broker_conf_keys,
-    free_broker_port,
     start_namesrv,
     write_conf,
 )
@@ -84,15 +80,17 @@ class LeaseCluster:
         self._reserved: set[int] = set()
         self.first_group = GROUP
 
-    # -- layout and lifecycle --
-    def _free_broker_port(self) -> int:
-        while True:
-            p = free_broker_port()
-            block = set(range(p - 2, p + 2))
-            if not block & self._reserved:
-                self._reserved |= block
-                return p
+    # the same as ControllerCluster's (they read only ns_addr, first_group and a member's addr / proc)
+    kill9 = ControllerCluster.kill9  # kill -9; returns time.monotonic() before the signal
+    restart = ControllerCluster.restart  # start a killed member again with the same conf and data
+    runtime_info = ControllerCluster.runtime_info
+    has_topic = ControllerCluster.has_topic
+    route = ControllerCluster.route
+    route_master_addr = ControllerCluster.route_master_addr
+    logs = ControllerCluster.logs  # the tail of every process's log
+    _free_broker_port = ControllerCluster._free_broker_port  # a port block no member laid out earlier uses
 
+    # -- layout and lifecycle --
     def _lay_out(self, index: int) -> LeaseMember:
         port = self._free_broker_port()
         d = self.root / f"{GROUP}-{index}"
@@ -145,20 +143,7 @@ class LeaseCluster:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def logs(self, lines: int = 30) -> str:
-        return "\n".join(f"--- {p.name} ({p.log_path}) ---\n{p.log_tail(lines)}" for p in self.all_procs())
-
     # -- faults --
-    def kill9(self, m: LeaseMember) -> float:
-        t = time.monotonic()
-        m.proc.kill9()
-        return t
-
-    def restart(self, m: LeaseMember, wait: bool = True) -> None:
-        if m.proc.running:
-            m.proc.terminate()
-        m.proc.start(wait=wait)
-
     def sigstop(self, m: LeaseMember) -> float:
         """Freeze the broker (its sockets stay open, nothing answers); returns time.monotonic() before the signal."""
         assert m.proc.pid is not None
@@ -190,29 +175,6 @@ class LeaseCluster:
         self.proxies.run(_cut(m.db_proxy))  # black-holed connections are reset: the driver reconnects
 
     # -- what the brokers and the name server say --
-    def runtime_info(self, m: LeaseMember, timeout_s: float = 2.0) -> dict[str, str]:
-        resp = blocking_request(m.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), timeout_s)
-        if resp.code != ResponseCode.SUCCESS or not resp.body:
-            return {}
-        return dict(KVTable.from_json(resp.body).table)
-
-    def route(self, topic: str, timeout_s: float = 1.5) -> TopicRouteData | None:
-        resp = blocking_request(self.ns_addr, RemotingCommand.request(
-            RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": "true"}), timeout_s)
-        return TopicRouteData.from_json(resp.body) if resp.code == ResponseCode.SUCCESS and resp.body else None
-
-    def route_master_addr(self, topic: str, group: str | None = None) -> str | None:
-        r = self.route(topic)
-        for bd in (r.broker_datas if r else []):
-            if bd.broker_name == (group or GROUP):
-                return bd.broker_addrs.get(0)
-        return None
-
-    def has_topic(self, m: LeaseMember, topic: str, timeout_s: float = 2.0) -> bool:
-        """Whether the broker's topic config table (GET_ALL_TOPIC_CONFIG) lists `topic`."""
-        resp = blocking_request(m.addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG), timeout_s)
-        return resp.code == ResponseCode.SUCCESS and f'"{topic}"'.encode() in bytes(resp.body or b"")
-
     def member_by_addr(self, addr: str | None) -> LeaseMember | None:
         return next((m for m in self.members if m.addr == addr), None)
 

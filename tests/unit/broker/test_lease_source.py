@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from orbitmq.base.errors import ConfigError
-from orbitmq.broker.client_registry import ClientRegistry
 from orbitmq.broker.config import BrokerConfig
 from orbitmq.broker.config_file import build_configs
 from orbitmq.broker.context import BrokerContext
@@ -24,15 +23,9 @@ from orbitmq.broker.controller_mode.replicas_manager import FENCED, MASTER, SLAV
 from orbitmq.broker.controller_mode.wire import runtime
 from orbitmq.broker.lease_mode.identity import derive_id, lease_broker_id
 from orbitmq.broker.lease_mode.source import LeaseSource
-from orbitmq.broker.metadata.groups import SubscriptionGroupManager
-from orbitmq.broker.metadata.offsets import ConsumerOffsetManager
-from orbitmq.broker.metadata.topics import TopicConfigManager
 from orbitmq.broker.services import ServiceEnv
-from orbitmq.broker.stats import BrokerStats
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from orbitmq.store import StoreConfig
-from orbitmq.testing.sim_disk import SimDisk
-from tests.unit.broker.test_replicas_manager import Clock
+from tests.unit.broker.test_replicas_manager import Clock, make_ctx
 
 ME, OTHER = "127.0.0.1:10911", "127.0.0.1:20911"
 
@@ -101,21 +94,7 @@ class HaInfoClient:
 def make(tmp_path: Path, **cfg_kw: Any) -> tuple[ReplicasManager, LeaseSource, ScriptedElector, BrokerContext]:
     cfg = BrokerConfig(broker_ip1="127.0.0.1", listen_port=10911, enable_lease_election=True,
                        lease_store_url="sqlite:///unused", broker_role="SLAVE", broker_id=0, **cfg_kw)
-    scfg = StoreConfig(str(tmp_path / "store"), mapped_file_size_commitlog=16 * 1024,
-                       mapped_file_size_consume_queue=2000, max_message_size=4096, max_hash_slot_num=64,
-                       max_index_num=512)
-    from orbitmq.store import MessageStore
-
-    store = MessageStore(scfg, disk=SimDisk())
-    store.load()
-    config_dir = str(tmp_path / "config")
-    ctx = BrokerContext(cfg, store, TopicConfigManager(config_dir, cfg), SubscriptionGroupManager(config_dir, cfg),
-                        ConsumerOffsetManager(config_dir), ClientRegistry(), BrokerStats(), cfg.broker_addr)
-
-    def set_isolated(flag: bool) -> None:
-        ctx.isolated = flag
-
-    ctx.set_isolated = set_isolated
+    ctx, scfg, config_dir = make_ctx(tmp_path, cfg)
     rm = ReplicasManager(ctx, ServiceEnv(Clock(), HaInfoClient(), config_dir, scfg),  # type: ignore[arg-type]
                          LeaseSource)
     src = rm.source

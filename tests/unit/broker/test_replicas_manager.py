@@ -81,10 +81,8 @@ class FakeClient:
         return cmd.response()
 
 
-def make(tmp_path: Path, **cfg_kw: Any) -> tuple[ReplicasManager, BrokerContext, Clock, FakeLink]:
-    cfg = BrokerConfig(broker_ip1="127.0.0.1", listen_port=10911, enable_controller_mode=True,
-                       controller_addr="127.0.0.1:9878", broker_id=-1, broker_role="SLAVE",
-                       controller_heart_beat_timeout_mills=TIMEOUT, broker_heartbeat_interval=INTERVAL, **cfg_kw)
+def make_ctx(tmp_path: Path, cfg: BrokerConfig) -> tuple[BrokerContext, StoreConfig, str]:
+    """A context on a real store (simulated disk) and real metadata managers; isolation recorded, no sockets."""
     scfg = StoreConfig(str(tmp_path / "store"), mapped_file_size_commitlog=16 * 1024,
                        mapped_file_size_consume_queue=2000, max_message_size=4096, max_hash_slot_num=64,
                        max_index_num=512)
@@ -100,6 +98,14 @@ def make(tmp_path: Path, **cfg_kw: Any) -> tuple[ReplicasManager, BrokerContext,
         ctx.isolated = flag
 
     ctx.set_isolated = set_isolated
+    return ctx, scfg, config_dir
+
+
+def make(tmp_path: Path, **cfg_kw: Any) -> tuple[ReplicasManager, BrokerContext, Clock, FakeLink]:
+    cfg = BrokerConfig(broker_ip1="127.0.0.1", listen_port=10911, enable_controller_mode=True,
+                       controller_addr="127.0.0.1:9878", broker_id=-1, broker_role="SLAVE",
+                       controller_heart_beat_timeout_mills=TIMEOUT, broker_heartbeat_interval=INTERVAL, **cfg_kw)
+    ctx, scfg, config_dir = make_ctx(tmp_path, cfg)
     clock = Clock()
     rm = ReplicasManager(ctx, ServiceEnv(clock, FakeClient(), config_dir, scfg))  # type: ignore[arg-type]
     link = FakeLink()
