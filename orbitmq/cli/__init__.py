@@ -46,6 +46,11 @@ def set_process_title(role: str, detail: str = "") -> None:
     setproctitle.setproctitle(f"orbitmq {role} {detail}".rstrip())
 
 
+def broker_title(broker_name: str, broker_id: int, port: int) -> str:
+    """`broker-a/0 :10911`; a controller-mode broker (id -1 until the controller assigns one) is `broker-a :10911`."""
+    return f"{broker_name}/{broker_id} :{port}" if broker_id >= 0 else f"{broker_name} :{port}"
+
+
 def install_uvloop() -> bool:
     """Use uvloop's event loop policy when uvloop is installed; returns whether it is in use."""
     try:

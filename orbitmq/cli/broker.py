@@ -16,7 +16,16 @@ import click
 
 from orbitmq import __version__
 from orbitmq.base.errors import ConfigError
-from orbitmq.cli import EXIT_STARTUP, CliError, one_line, run_async, serve, set_process_title, startup_error
+from orbitmq.cli import (
+    EXIT_STARTUP,
+    CliError,
+    broker_title,
+    one_line,
+    run_async,
+    serve,
+    set_process_title,
+    startup_error,
+)
 
 FLUSH_CHOICES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 
@@ -152,5 +161,5 @@ async def _run_broker(settings: BrokerSettings) -> None:
         lines.append("Ready. SIGTERM or Ctrl-C to stop.")
         click.echo("\n".join(lines))
 
-    set_process_title("broker", f"{bcfg.broker_name}/{bcfg.broker_id} :{bcfg.listen_port}")
+    set_process_title("broker", broker_title(bcfg.broker_name, bcfg.broker_id, bcfg.listen_port))
     await serve([("broker", broker)], ready)

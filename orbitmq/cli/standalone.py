@@ -14,7 +14,16 @@ import click
 
 from orbitmq import __version__
 from orbitmq.base.properties import conf_dir, resolve_path
-from orbitmq.cli import EXIT_STARTUP, CliError, one_line, run_async, serve, set_process_title, startup_error
+from orbitmq.cli import (
+    EXIT_STARTUP,
+    CliError,
+    broker_title,
+    one_line,
+    run_async,
+    serve,
+    set_process_title,
+    startup_error,
+)
 from orbitmq.cli.broker import (
     FLUSH_CHOICES,
     broker_banner_lines,
@@ -116,5 +125,6 @@ async def _run(ns_cfg: Any, bcfg: Any, scfg: Any) -> None:
         lines.append("Ready. SIGTERM or Ctrl-C to stop.")
         click.echo("\n".join(lines))
 
-    set_process_title("standalone", f"{bcfg.broker_name}/{bcfg.broker_id} :{bcfg.listen_port} namesrv :{ns_cfg.listen_port}")
+    set_process_title("standalone", f"{broker_title(bcfg.broker_name, bcfg.broker_id, bcfg.listen_port)} "
+                                    f"namesrv :{ns_cfg.listen_port}")
     await serve([("name server", name_server), ("broker", broker)], ready)

@@ -44,3 +44,10 @@ def test_offset_ids_and_unique_keys_are_told_apart() -> None:
 def test_properties_text() -> None:
     assert parse_properties_text("# c\nbrokerName=broker-a\n\n a = b = c \n!x\nnoequals\n") == {
         "brokerName": "broker-a", "a": "b = c"}
+
+
+def test_broker_process_title() -> None:
+    from orbitmq.cli import broker_title
+
+    assert broker_title("broker-a", 0, 10911) == "broker-a/0 :10911"
+    assert broker_title("broker-a", -1, 10911) == "broker-a :10911"  # controller mode: id assigned later
