@@ -5,6 +5,7 @@ parsing (earliest / latest / JSON), range splitting into partitions and maxMessa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -15,6 +16,10 @@ LATEST = -1
 
 # {(brokerName, queueId): offset}; Spark sees it as {"brokerName": {"queueId": offset}}
 OffsetMap = dict[tuple[str, int], int]
+# The end offset of a stream's first batch also carries the start it was planned from, under this key (not a valid
+# broker name): Spark's offset log is then the checkpoint's record of the resolved startingOffsets, and a restart
+# before that batch committed re-runs it from there instead of re-resolving `latest` (source.py).
+START_KEY = "@start"
 
 
 def to_json_obj(offsets: OffsetMap) -> dict[str, dict[str, int]]:
@@ -24,14 +29,29 @@ def to_json_obj(offsets: OffsetMap) -> dict[str, dict[str, int]]:
     return out
 
 
-def from_json_obj(obj: dict[str, dict[str, int]] | None) -> OffsetMap:
+def from_json_obj(obj: dict[str, Any] | None) -> OffsetMap:
     out: OffsetMap = {}
     for broker, queues in (obj or {}).items():
+        if broker == START_KEY:
+            continue
         if not isinstance(queues, dict):
             raise ValueError(f"offsets for broker {broker!r} must be an object of queueId -> offset")
         for qid, off in queues.items():
             out[(broker, int(qid))] = int(off)
     return out
+
+
+def with_start(end: OffsetMap, start: OffsetMap) -> dict[str, Any]:
+    """JSON of a first batch's end offsets carrying the start offsets it was planned from."""
+    obj: dict[str, Any] = dict(to_json_obj(end))
+    obj[START_KEY] = to_json_obj(start)
+    return obj
+
+
+def carried_start(obj: dict[str, Any] | None) -> OffsetMap | None:
+    """The start offsets a first batch's end offsets carry (with_start), else None."""
+    start = (obj or {}).get(START_KEY)
+    return from_json_obj(start) if isinstance(start, dict) else None
 
 
 def parse_offsets_option(value: str | None, default: str) -> str | OffsetMap:

@@ -1,6 +1,7 @@
 """The `orbitmq` PySpark data source (Python Data Source API, pyspark >= 4.0): batch reader, micro-batch stream
-reader (offsets per broker/queue in Spark's checkpoint, committed back to a consumer group), and the writers of
-sink.py. Executors pull with the SDK through sync.SyncClient and hand Arrow record batches to Spark.
+reader (offsets per broker/queue in Spark's checkpoint, committed back to a consumer group); the DataSource class
+is in datasource.py, the writers in sink.py. Executors pull with the SDK through sync.SyncClient and hand Arrow
+record batches to Spark.
 """
 
 from __future__ import annotations
@@ -13,11 +14,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import (
     CaseInsensitiveDict,
-    DataSource,
     DataSourceReader,
     DataSourceStreamReader,
-    DataSourceStreamWriter,
-    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.types import StructType
@@ -38,15 +36,11 @@ except ImportError:  # pyspark 4.0/4.1: latestOffset() without arguments, the re
 from orbitmq.client import MessageExt, MessageQueue, PullResult, PullStatus
 from orbitmq.model import Prop
 from orbitmq.spark import offsets as ofs
+from orbitmq.spark.datasource import SCHEMA, OrbitMQDataSource  # noqa: F401 - where they were before
 from orbitmq.spark.sync import DEFAULT_GROUP, SyncClient, client_for
 
 log = logging.getLogger("orbitmq.spark")
 
-SCHEMA = (
-    "key string, body binary, topic string, brokerName string, queueId int, queueOffset long, msgId string, "
-    "tags string, properties map<string,string>, bornTimestamp timestamp, storeTimestamp timestamp, "
-    "reconsumeTimes int"
-)
 _TS = pa.timestamp("us", tz="UTC")
 ARROW_SCHEMA = pa.schema([
     ("key", pa.string()), ("body", pa.binary()), ("topic", pa.string()), ("brokerName", pa.string()),
@@ -305,6 +299,7 @@ class OrbitMQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[mis
         self._last: ofs.OffsetMap | None = None  # end of the newest batch Spark planned/restored
         self._target: ofs.OffsetMap | None = None  # Trigger.AvailableNow: never read past these offsets
         self._committed: ofs.OffsetMap | None = None  # last offsets mirrored to the broker
+        self._planned = False  # a batch was planned or run by this reader: the next plan is not the query's first
 
     def _client(self) -> SyncClient:
         return client_for(self.opts.namesrv)
@@ -339,6 +334,12 @@ class OrbitMQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[mis
         else:
             base = dict(self._last) if self._last is not None else dict(self._initial_offsets())
             max_rows = self.limit
+        # the first batch of the query (planned from the offsets initialOffset resolved): its end carries them, so
+        # they are in the checkpoint's offset log before the batch runs (see partitions)
+        first = (not self._planned and self._initial is not None and base == self._initial
+                 and ofs.carried_start(start) is None)
+        self._planned = True
+        planned_from = dict(base)
         for key, (_, lo, _) in bounds.items():
             base.setdefault(key, lo)  # a queue new to the stream is read from its earliest offset
         latest = {key: hi for key, (_, _, hi) in bounds.items()}
@@ -346,11 +347,20 @@ class OrbitMQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[mis
             latest = {key: min(hi, self._target.get(key, base[key])) for key, hi in latest.items()}
         end = ofs.cap_offsets(base, latest, max_rows)
         self._last = end
+        if first:
+            return ofs.with_start(end, planned_from)
+        if start is not None and end == ofs.from_json_obj(start):
+            return start  # nothing new: the same offsets (Spark runs no batch), even when they carry a start
         return ofs.to_json_obj(end)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        s, e = ofs.from_json_obj(start), ofs.from_json_obj(end)
+        e = ofs.from_json_obj(end)
+        # a first batch re-run after a restart (it never committed): Spark passes a freshly resolved
+        # initialOffset() as its start; the start it was planned from is the one its end offsets carry
+        carried = ofs.carried_start(end)
+        s = carried if carried is not None else ofs.from_json_obj(start)
         self._last = dict(e)
+        self._planned = True
         parts: list[InputPartition] = []
         for r in ofs.split_ranges(s, e, self.max_per_partition):
             parts.append(QueueRange(r.broker, r.queue_id, r.start, r.end, fresh=(r.broker, r.queue_id) not in s))
@@ -375,30 +385,3 @@ class OrbitMQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[mis
 
     def stop(self) -> None:
         pass
-
-
-class OrbitMQDataSource(DataSource):
-    """spark.read/readStream/write/writeStream .format("orbitmq")."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "orbitmq"
-
-    def schema(self) -> str:
-        return SCHEMA
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return OrbitMQBatchReader(self.options, schema)
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return OrbitMQStreamReader(self.options, schema)
-
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from orbitmq.spark.sink import OrbitMQBatchWriter
-
-        return OrbitMQBatchWriter(self.options, schema)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from orbitmq.spark.sink import OrbitMQStreamWriter
-
-        return OrbitMQStreamWriter(self.options, schema)

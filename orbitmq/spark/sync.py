@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import logging
 import os
 import threading
+import zlib
 from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
-from orbitmq.client import Message, MessageQueue, Producer, PullConsumer, PullResult, SendResult
+from orbitmq.base.errors import RemotingError
+from orbitmq.client import Message, MessageQueue, NoRouteError, Producer, PullConsumer, PullResult, SendResult
+from orbitmq.client.errors import ResponseError
+from orbitmq.model import Prop
 
 T = TypeVar("T")
 DEFAULT_GROUP = "orbitmq-spark-reader"
 DEFAULT_PRODUCER_GROUP = "orbitmq-spark-writer"
+STICKY_ATTEMPTS = 3  # sends of one batch to its own queue before any queue will do
+log = logging.getLogger("orbitmq.spark")
 
 
 class SyncClient:
@@ -113,17 +120,31 @@ class SyncClient:
     # ---- writes --------------------------------------------------------------------------------------------
     def send_batches(self, batches: list[list[Message]], group: str = DEFAULT_PRODUCER_GROUP,
                      max_in_flight: int = 8) -> list[SendResult]:
-        """Send each list as one SEND_BATCH_MESSAGE, up to max_in_flight at once; any failure raises."""
+        """Send each list as one SEND_BATCH_MESSAGE, up to max_in_flight at once; any failure raises.
+
+        Each batch goes to a queue chosen from its first message's UNIQ_KEY (the same queue, so the same broker
+        group, every time the same batch is sent again) and is retried there: a re-send is then answered by that
+        broker's de-duplication. Only after STICKY_ATTEMPTS failures there does the SDK pick another queue."""
         p = self.producer(group)
+
+        async def one(msgs: list[Message], sem: asyncio.Semaphore) -> SendResult:
+            async with sem:
+                queues = (await p._instance().route(msgs[0].topic)).publish_queues(msgs[0].topic)
+                uniq = msgs[0].properties.get(Prop.UNIQ_KEY)
+                if not queues or uniq is None:
+                    return await p.send_batch(msgs)
+                mq = queues[zlib.crc32(uniq.encode()) % len(queues)]
+                for attempt in range(STICKY_ATTEMPTS):
+                    try:
+                        return await p.send_batch(msgs, queue=mq)
+                    except (RemotingError, ResponseError, NoRouteError) as exc:
+                        log.warning("batch of %d to %s failed (attempt %d): %s", len(msgs), mq, attempt + 1, exc)
+                        await asyncio.sleep(0.2 * (attempt + 1))
+                return await p.send_batch(msgs)
 
         async def run() -> list[SendResult]:
             sem = asyncio.Semaphore(max_in_flight)
-
-            async def one(msgs: list[Message]) -> SendResult:
-                async with sem:
-                    return await p.send_batch(msgs)
-
-            return list(await asyncio.gather(*(one(b) for b in batches)))
+            return list(await asyncio.gather(*(one(b, sem) for b in batches)))
 
         return self.call(run())
 

@@ -44,15 +44,19 @@ def spark_env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark")
+    try:
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        pytest.fail(f"pyspark does not import ({exc}): install the spark extra (./dev test does)")
     if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
-        pytest.skip("no Java runtime")
+        pytest.fail("no Java runtime: Spark 4 needs Java 17 or 21 (java on PATH or JAVA_HOME)")
     os.environ.update(spark_env())
     from pyspark.sql import SparkSession
 
     from orbitmq.spark import register
 
-    session = (SparkSession.builder.master("local[2]").appName("orbitmq-spark-tests")
+    # local[2,4]: two cores, a failed task is retried (up to 4 attempts) as on a cluster (test_sink_idempotent)
+    session = (SparkSession.builder.master("local[2,4]").appName("orbitmq-spark-tests")
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", "1g").config("spark.sql.session.timeZone", "UTC")
                .getOrCreate())

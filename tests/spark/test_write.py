@@ -15,6 +15,7 @@ def _readback(spark: Any, mq: Any, topic: str) -> list[dict[str, Any]]:
             .select("body", "key", "tags", "properties").toArrow().to_pylist())
 
 
+@pytest.mark.timeout(300)  # the first test of the module also starts the SparkSession (40-80 s on a busy 2-core box)
 def test_write_100k_rows_then_read_them_back(spark: Any, mq: Any, helpers: Any) -> None:
     topic = "SparkWrite100k"
     helpers.create_topic(mq.namesrv_addr, topic)
