@@ -33,6 +33,10 @@ BROKER_DEFAULTS: dict[str, Any] = {
 }
 
 
+async def _set_delay(p: TcpProxy, ms: float) -> None:
+    p.delay_ms = ms
+
+
 @dataclass
 class LeaseMember:
     index: int
@@ -164,13 +168,13 @@ class LeaseCluster:
         time out) or refused (connections reset, new ones refused)."""
         assert m.db_proxy is not None, "sqlite URLs have no proxy"
         if silent:
-            self.proxies.loop.call_soon_threadsafe(setattr, m.db_proxy, "delay_ms", 1e12)
+            self.proxies.run(_set_delay(m.db_proxy, 1e12))  # in effect when this returns
         else:
             self.proxies.block(m.db_proxy)
 
     def heal_db(self, m: LeaseMember) -> None:
         assert m.db_proxy is not None
-        self.proxies.loop.call_soon_threadsafe(setattr, m.db_proxy, "delay_ms", 0.0)
+        self.proxies.run(_set_delay(m.db_proxy, 0.0))
         self.proxies.unblock(m.db_proxy)
         self.proxies.run(_cut(m.db_proxy))  # black-holed connections are reset: the driver reconnects
 

@@ -273,8 +273,8 @@ async def _db_faults(c: LeaseCluster) -> None:
     try:
         await asyncio.to_thread(wait_until, "the recorder's first ack", lambda: rec.by(m1.addr), 10.0)
         # 1. only the master loses the database: it stops acknowledging before its local deadline; the other takes over
-        t_cut = time.monotonic()
         await asyncio.to_thread(c.cut_db, m1)
+        t_cut = time.monotonic()  # no renewal answer gets through from here on
         await asyncio.to_thread(wait_until, "the other broker acknowledging as master",
                                 lambda: role(c, m2)[0] == "MASTER" and role(c, m2)[2], 30.0, 0.05)
         last = max(a.t_sent for a in rec.by(m1.addr))
@@ -285,9 +285,9 @@ async def _db_faults(c: LeaseCluster) -> None:
         n_before = len(rec.by(m2.addr))
         await asyncio.to_thread(wait_until, "acks from the new master", lambda: len(rec.by(m2.addr)) > n_before, 10.0)
         # 2. everybody loses the database: the master stops acknowledging, nobody is elected
-        t_cut = time.monotonic()
         for m in c.members:
             await asyncio.to_thread(c.cut_db, m)
+        t_cut = time.monotonic()
         await asyncio.sleep((TTL_MS + 2 * RENEW_MS) / 1000)
         during = [a for _, a in rec.acks if a.t_sent > t_cut + (TTL_MS - MARGIN_MS) / 1000]
         assert not during, f"acknowledged with the database unreachable: {during[:3]}"
