@@ -141,6 +141,7 @@ class SimStore:
         self.timeout_s = timeout_ms / 1000
         self.on_op = on_op
         self.description = "simdb"
+        self.cut = ""  # "", "refuse" or "blackhole": this node alone is partitioned from the database
 
     async def _call(self, what: str, fn: Callable[[], Any]) -> Any:
         await self.gate.wait()
@@ -150,9 +151,10 @@ class SimStore:
         try:
             async with asyncio.timeout(self.timeout_s):
                 await asyncio.sleep(db.latency_s())
-                if db.mode == "blackhole":
+                mode = self.cut or db.mode
+                if mode == "blackhole":
                     await asyncio.sleep(3600)
-                if db.mode == "refuse":
+                if mode == "refuse":
                     raise LeaseStoreError(f"simdb: {what} failed: connection refused")
                 result = fn()  # the statement runs here, atomically, at this virtual instant
                 lost = db.lose_answers > 0
@@ -290,7 +292,8 @@ class SimResult:
 
 def simulate(seed: int, *, duration_ms: int = 60_000, ttl_ms: int = 3000,
              elector_cls: type[LeaseElector] = LeaseElector) -> SimResult:
-    """One seeded run: 2..4 candidates, a database with latency, outages (refused / black-holed), lost answers;
+    """One seeded run: 2..4 candidates, a database with latency, outages (refused / black-holed) for everybody
+    or for one node (a partition), lost answers;
     nodes paused (virtual SIGSTOP) for up to 2 TTLs, crashed and restarted with a new nonce, resigning; holders
     publishing random sync member sets; node clocks with origins minutes apart and drift within 0.5%. Ends with
     everything healed and checks that a master is elected again."""
@@ -342,7 +345,15 @@ def simulate(seed: int, *, duration_ms: int = 60_000, ttl_ms: int = 3000,
                 await asyncio.sleep(rng.randint(100, 3 * ttl_ms) / 1000)
                 db.mode = "up"
                 log("db up")
-            elif roll < 0.30 and e is not None:
+            elif roll < 0.22 and e is not None:
+                store = e.store
+                assert isinstance(store, SimStore)
+                store.cut = rng.choice(["refuse", "blackhole"])
+                log(f"partition {node.addr} from the db ({store.cut})")
+                await asyncio.sleep(rng.randint(100, 3 * ttl_ms) / 1000)
+                store.cut = ""
+                log(f"heal {node.addr}")
+            elif roll < 0.32 and e is not None:
                 log(f"pause {node.addr}")
                 node.gate.pause()
                 await asyncio.sleep(rng.randint(100, 2 * ttl_ms) / 1000)
