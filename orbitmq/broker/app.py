@@ -16,6 +16,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from orbitmq.acl.admin import AclAdmin
 from orbitmq.acl.cluster import cluster_signer
 from orbitmq.acl.guard import AclGuard, resolve_acl_file
 from orbitmq.base.clock import REAL_CLOCK, Clock
@@ -158,6 +159,9 @@ class Broker:
         table.update(pull_handlers.handlers(ctx, self.pull))
         table.update(heartbeat_handlers.handlers(ctx, self.notifier))
         table.update(consumer_handlers.handlers(ctx))
+        if self.acl is not None:  # RocketMQ's ACL administration codes (50-53) edit the ACL file
+            table.update(AclAdmin(self.acl, lambda: (ctx.config.broker_cluster_name, ctx.config.broker_name,
+                                                     ctx.config.broker_addr)).handlers())
         for mod in _handler_modules():
             for code, handler in mod.handlers(ctx).items():
                 table.setdefault(int(code), handler)

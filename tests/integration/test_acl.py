@@ -109,6 +109,17 @@ def test_sdk_with_credentials_sends_and_consumes_and_is_refused_otherwise(acl_st
         resp = await _admin_request(s, ADMIN, RequestCode.UPDATE_AND_CREATE_TOPIC, create)
         assert resp.code == ResponseCode.SUCCESS, resp.remark
 
+        # RocketMQ's ACL administration request (mqadmin updateAclConfig): a new account works at once
+        resp = await _admin_request(s, ADMIN, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {
+            "accessKey": "lateUser1", "secretKey": "lateSecret1", "admin": "false", "defaultTopicPerm": "PUB"})
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        late = _producer(s, "PG_late", "lateUser1", "lateSecret1")
+        await late.start()
+        try:
+            assert (await late.send(Message("TopicLate", b"x"))).status.name == "SEND_OK"
+        finally:
+            await late.shutdown()
+
         # the VIP port (listenPort - 2) checks the same way
         raw = RemotingClient(name="acl-test")
         try:
