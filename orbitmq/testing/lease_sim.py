@@ -298,7 +298,6 @@ def simulate(seed: int, *, duration_ms: int = 60_000, ttl_ms: int = 3000,
     publishing random sync member sets; node clocks with origins minutes apart and drift within 0.5%. Ends with
     everything healed and checks that a master is elected again."""
     rng = random.Random(seed)
-    logging.getLogger("orbitmq.lease").setLevel(logging.ERROR)  # thousands of expected warnings otherwise
 
     async def main(loop: VirtualTimeLoop) -> SimResult:
         n = rng.randint(2, 4)
@@ -395,4 +394,10 @@ def simulate(seed: int, *, duration_ms: int = 60_000, ttl_ms: int = 3000,
             await e.stop(resign=False)
         return SimResult(seed, violations, len(db.grants), rec.checks, rec.ack_time_ms, events)
 
-    return run_virtual(main)
+    lease_log = logging.getLogger("orbitmq.lease")
+    level = lease_log.level
+    lease_log.setLevel(logging.ERROR)  # thousands of expected warnings otherwise
+    try:
+        return run_virtual(main)
+    finally:
+        lease_log.setLevel(level)
