@@ -59,6 +59,7 @@ def parse_lease_url(url: str) -> LeaseUrl:
         path = unquote(parts.path)
         if not path.startswith("/") or path.endswith("/") or path == "/":
             raise bad("sqlite needs an absolute file path: sqlite:///absolute/path")
+        path = "/" + path.lstrip("/")  # sqlite:////abs (SQLAlchemy's spelling) is the same file
         return LeaseUrl(kind="sqlite", path=path)
     host = parts.hostname or ""
     if not host:

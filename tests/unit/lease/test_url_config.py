@@ -26,6 +26,7 @@ def test_mysql_and_mariadb_urls() -> None:
 
 def test_sqlite_url() -> None:
     assert parse_lease_url("sqlite:///var/lib/orbit/lease.db").path == "/var/lib/orbit/lease.db"
+    assert parse_lease_url("sqlite:////var/lib/orbit/lease.db").path == "/var/lib/orbit/lease.db"
 
 
 @pytest.mark.parametrize("url,words", [
