@@ -1,12 +1,13 @@
 """mqadmin commands for name-server settings: getNamesrvConfig, updateNamesrvConfig, updateKvConfig,
-deleteKvConfig."""
+deleteKvConfig, updateOrderConf."""
 
 from __future__ import annotations
 
 import click
 
-from orbitmq.cli import Output
+from orbitmq.cli import CliError, Output
 from orbitmq.cli.admin_common import AdminSession, common_options, run_admin
+from orbitmq.client.admin_base import ORDER_TOPIC_NAMESPACE
 
 
 @click.command("getNamesrvConfig")
@@ -75,4 +76,31 @@ def delete_kv_config(namespace: str, key: str, namesrv: str, json_mode: bool, ti
     run_admin(namesrv, timeout_ms, action)
 
 
-CONFIG_COMMANDS = [get_namesrv_config, update_namesrv_config, update_kv_config, delete_kv_config]
+@click.command("updateOrderConf")
+@click.option("-t", "--topic", required=True)
+@click.option("-m", "--method", type=click.Choice(["get", "put", "delete"]), default="get", show_default=True)
+@click.option("-v", "--order-conf", default=None, help="with put: 'broker-a:4;broker-b:4' (broker name:queues)")
+@common_options
+def update_order_conf(topic: str, method: str, order_conf: str | None, namesrv: str, json_mode: bool,
+                      timeout_ms: int) -> None:
+    """Read, set or delete an ordered topic's queue layout (the name servers' ORDER_TOPIC_CONFIG entry that
+    routes carry as orderTopicConf)."""
+    if method == "put" and not order_conf:
+        raise click.UsageError("put needs -v 'brokerName:queues;...'")
+    out = Output(json_mode)
+
+    async def action(s: AdminSession) -> None:
+        if method == "put":
+            assert order_conf is not None
+            await s.admin.put_kv_config(ORDER_TOPIC_NAMESPACE, topic, order_conf)
+        elif method == "delete":
+            await s.admin.delete_kv_config(ORDER_TOPIC_NAMESPACE, topic)
+        value = await s.admin.get_kv_config(ORDER_TOPIC_NAMESPACE, topic)
+        if method == "get" and value is None:
+            raise CliError(f"topic {topic!r} has no order conf")
+        out.kv(f"orderConf of {topic}", [("topic", topic), ("orderConf", value)])
+
+    run_admin(namesrv, timeout_ms, action)
+
+
+CONFIG_COMMANDS = [get_namesrv_config, update_namesrv_config, update_kv_config, delete_kv_config, update_order_conf]

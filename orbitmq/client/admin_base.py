@@ -206,6 +206,12 @@ class AdminBase:
     async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
         await self.every_namesrv(RequestCode.PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value})
 
+    async def get_kv_config(self, namespace: str, key: str) -> str | None:
+        """GET_KV_CONFIG from the name servers; None when the key is not set."""
+        resp = await self.namesrv_request(RequestCode.GET_KV_CONFIG, {"namespace": namespace, "key": key},
+                                          ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+        return (resp.ext_fields or {}).get("value") if resp.code == ResponseCode.SUCCESS else None
+
     async def delete_kv_config(self, namespace: str, key: str) -> None:
         """DELETE_KV_CONFIG on every name server (a missing key is not an error)."""
         await self.every_namesrv(RequestCode.DELETE_KV_CONFIG, {"namespace": namespace, "key": key},

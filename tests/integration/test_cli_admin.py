@@ -201,6 +201,11 @@ def test_namesrv_settings_and_kv_config(server) -> None:
     assert_one_line_error(cli("updateNamesrvConfig", "-k", "listenPort", "-v", "1", namesrv=ns), 1, "NO_PERMISSION")
     assert js("updateKvConfig", "-s", "AdmNs", "-k", "k", "-v", "v", namesrv=ns)[0]["result"] == "OK"
     assert js("deleteKvConfig", "-s", "AdmNs", "-k", "k", namesrv=ns)[0]["result"] == "deleted"
+    put = js("updateOrderConf", "-t", "AdmT", "-m", "put", "-v", "broker-a:2", namesrv=ns)
+    assert put["orderConf"] == "broker-a:2"
+    assert js("topicRoute", "-t", "AdmT", namesrv=ns)["orderTopicConf"] == "broker-a:2"
+    assert js("updateOrderConf", "-t", "AdmT", "-m", "delete", namesrv=ns)["orderConf"] is None
+    assert_one_line_error(cli("updateOrderConf", "-t", "AdmT", namesrv=ns), 1, "no order conf")
 
 
 def test_unreachable_namesrv_and_missing_route_fail_fast_with_one_line(server) -> None:
