@@ -3,9 +3,12 @@
     .venv/bin/python examples/orders_pipeline.py            # starts a throwaway local OrbitMQ too
     .venv/bin/python examples/orders_pipeline.py --namesrv 127.0.0.1:9876 --orders 20000
 
-A producer thread publishes JSON orders to `orders`; one streaming query parses them, aggregates per 1-minute
-event-time window and customer with a 30 s watermark and appends the closed windows to Parquet; a second query
-(same aggregation) writes them as JSON messages to `order-stats`. At the end the script prints a summary of both.
+Without --namesrv the script runs `orbitmq standalone` (the public CLI) as a subprocess on free ports with its data
+in a temporary folder, and stops it with SIGTERM at the end (a clean stop). A producer thread publishes JSON orders
+to `orders`; one streaming query parses them, aggregates per 1-minute event-time window and customer with a 30 s
+watermark and appends the closed windows to Parquet; a second query (same aggregation) writes them as JSON
+messages to `order-stats`. At the end the script prints a summary of both and removes its temporary folders
+(output and checkpoints stay when --workdir is given).
 """
 
 from __future__ import annotations
@@ -15,36 +18,106 @@ import asyncio
 import os
 import random
 import shutil
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import orjson
 
-from orbitmq.client import Admin, Message, Producer
+from orbitmq.client import Admin, Message, NoRouteError, Producer, ResponseError
 
 ORDERS, STATS = "orders", "order-stats"
 CUSTOMERS = [f"c{i:02d}" for i in range(12)]
 
 
-def spark_env() -> None:
-    if not os.environ.get("JAVA_HOME") and shutil.which("java"):
-        os.environ["JAVA_HOME"] = str(Path(os.path.realpath(shutil.which("java") or "")).parents[1])
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
-async def create_topics(namesrv: str) -> None:
+def _free_ports() -> tuple[int, int]:
+    """(name server port, broker port) on 127.0.0.1; a broker also listens on port-2 (VIP) and port+1 (HA)."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as a, socket.socket(socket.AF_INET,
+                                                                                  socket.SOCK_STREAM) as b:
+            a.bind(("127.0.0.1", 0))
+            b.bind(("127.0.0.1", 0))
+            ns, broker = a.getsockname()[1], b.getsockname()[1]
+        if broker < 1026 or broker > 65534 or ns in range(broker - 2, broker + 2):
+            continue
+        if all(_port_free(p) for p in (broker - 2, broker + 1)):
+            return ns, broker
+    raise RuntimeError("no free ports for a local OrbitMQ")
+
+
+class LocalOrbitMQ:
+    """`orbitmq standalone` in a subprocess, data in `data_dir`; stopped with SIGTERM (the server's clean stop)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.ns_port, self.broker_port = _free_ports()
+        self.namesrv = f"127.0.0.1:{self.ns_port}"
+        self.log_path = data_dir / "standalone.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def start(self, timeout_s: float = 90.0) -> str:
+        cli = Path(sys.executable).with_name("orbitmq")
+        exe = str(cli) if cli.exists() else (shutil.which("orbitmq") or "orbitmq")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [exe, "standalone", "--data", str(self.data_dir), "--namesrv-port", str(self.ns_port),
+             "--broker-port", str(self.broker_port), "--broker-ip", "127.0.0.1"],
+            stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while b"Ready." not in self.log_path.read_bytes():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                tail = self.log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"orbitmq standalone did not become ready:\n{tail}")
+            time.sleep(0.2)
+        return self.namesrv
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                print(f"warning: orbitmq standalone (pid {self.proc.pid}) still stopping after {timeout_s:.0f} s; "
+                      f"its log: {self.log_path}", file=sys.stderr)
+                return
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+async def create_topics(namesrv: str, timeout_s: float = 30.0) -> None:
     async with Admin(namesrv) as admin:
         for t in (ORDERS, STATS):
             await admin.update_topic(t, read_queue_nums=4, write_queue_nums=4)
-        for _ in range(100):
+        deadline = time.monotonic() + timeout_s
+        pending = [ORDERS, STATS]
+        while pending:  # until the name server routes both
             try:
-                if all((await admin.topic_route(t)).queue_datas for t in (ORDERS, STATS)):
-                    return
-            except Exception:  # noqa: BLE001 - not routed yet
+                if (await admin.topic_route(pending[0])).queue_datas:
+                    pending.pop(0)
+                    continue
+            except (ResponseError, NoRouteError):  # not routed yet (TOPIC_NOT_EXIST)
                 pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topics {pending} are not routed by the name server after {timeout_s:.0f} s")
             await asyncio.sleep(0.1)
 
 
@@ -99,38 +172,23 @@ def build_queries(spark, namesrv: str, work: Path):  # noqa: ANN001, ANN201 - py
     return to_parquet, to_topic
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--namesrv", help="name server host:port (default: start a local OrbitMQ)")
-    ap.add_argument("--orders", type=int, default=12_000)
-    ap.add_argument("--workdir", help="where Parquet output and checkpoints go (default: a temp dir)")
-    args = ap.parse_args()
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="orders-pipeline-"))
-    server = None
-    namesrv = args.namesrv
-    if namesrv is None:
-        from orbitmq.testing.procs import Standalone
+def run_pipeline(namesrv: str, orders: int, work: Path) -> None:
+    asyncio.run(create_topics(namesrv))
+    from pyspark.sql import SparkSession
 
-        server = Standalone(work / "orbitmq").start()
-        namesrv = server.namesrv_addr
-        print(f"started a local OrbitMQ, name server {namesrv}")
+    from orbitmq.spark import register
+
+    spark = (SparkSession.builder.master(os.environ.get("SPARK_MASTER", "local[2]")).appName("orders-pipeline")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark.sparkContext.setLogLevel("WARN")
+    register(spark)  # optional with PySpark 4 (format("orbitmq") is found by itself); also checks the workers' Python
     try:
-        asyncio.run(create_topics(namesrv))
-        spark_env()
-        from pyspark.sql import SparkSession
-
-        from orbitmq.spark import register
-
-        spark = (SparkSession.builder.master(os.environ.get("SPARK_MASTER", "local[2]")).appName("orders-pipeline")
-                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-        spark.sparkContext.setLogLevel("WARN")
-        register(spark)
-        feeder = threading.Thread(target=lambda: asyncio.run(produce_orders(namesrv, args.orders)), daemon=True)
+        feeder = threading.Thread(target=lambda: asyncio.run(produce_orders(namesrv, orders)), daemon=True)
         feeder.start()
         queries = build_queries(spark, namesrv, work)
         feeder.join()
-        print(f"produced {args.orders} orders; waiting for the queries to catch up")
+        print(f"produced {orders} orders; waiting for the queries to catch up")
         for q in queries:
             q.processAllAvailable()
             q.stop()
@@ -142,10 +200,31 @@ def main() -> None:
         out = spark.read.format("orbitmq").option("nameServer", namesrv).option("topic", STATS).load()
         print(f"topic {STATS}: {out.count()} aggregate messages, e.g.")
         out.selectExpr("key", "cast(body as string) AS body").show(5, truncate=False)
+    finally:
         spark.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--namesrv", help="name server host:port (default: start a local OrbitMQ)")
+    ap.add_argument("--orders", type=int, default=12_000)
+    ap.add_argument("--workdir", help="where Parquet output and checkpoints go, kept (default: a temp dir, removed)")
+    args = ap.parse_args()
+    temp = Path(tempfile.mkdtemp(prefix="orders-pipeline-"))
+    work = Path(args.workdir) if args.workdir else temp / "work"
+    server = None
+    try:
+        namesrv = args.namesrv
+        if namesrv is None:
+            server = LocalOrbitMQ(temp / "orbitmq")
+            namesrv = server.start()
+            print(f"started orbitmq standalone (pid {server.proc.pid if server.proc else '?'}), name server "
+                  f"{namesrv}")
+        run_pipeline(namesrv, args.orders, work)
     finally:
         if server is not None:
-            server.close()
+            server.stop()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 if __name__ == "__main__":

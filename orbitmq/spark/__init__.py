@@ -20,4 +20,14 @@ def register(spark: Any) -> None:
     from orbitmq.spark.datasource import OrbitMQDataSource
 
     setup_worker_python(spark)
-    spark.dataSource.register(OrbitMQDataSource)
+    if not _known(spark):  # registering over PySpark's own registration would only log a warning
+        spark.dataSource.register(OrbitMQDataSource)
+
+
+def _known(spark: Any) -> bool:
+    """Whether the session already resolves format("orbitmq") (found by PySpark's lookup, or registered)."""
+    try:
+        manager = spark._jsparkSession.sessionState().dataSourceManager()
+        return bool(manager.dataSourceExists("orbitmq"))
+    except Exception:  # noqa: BLE001 - a JVM API that may change: register, as before
+        return False
