@@ -189,7 +189,10 @@ class MessageStore:
         decision = decide(abort_present, cp_state, tail)
         self.recovery_decision = decision
         marks.hit(decision.mark)
-        log.info("store recovery: %s (scan from segment %d, stop at %d: %s)", decision.mark, first, stop, kind.value)
+        log.info("store recovery: %s, checkpoint %s, CommitLog tail %s -> %s (scanned from segment %d to offset %d: "
+                 "%s)", "previous run crashed" if abort_present else "new store" if cp_state is CheckpointState.MISSING
+                 else "previous run stopped cleanly", cp_state.value, tail.value, decision.tail_action.value, first,
+                 stop, kind.value)
         if decision.tail_action is TailAction.REFUSE:
             seg = cl.segments.find(stop)
             raise CorruptionError(

@@ -12,6 +12,7 @@ import asyncio
 import heapq
 import logging
 import os
+import time
 from typing import Any
 
 from orbitmq.base.errors import CorruptionError
@@ -131,8 +132,9 @@ class TimerService:
         self.store.commit(self.cursor_sec, self.enqueue_offset)  # the recovered state is the new baseline
         self._last_commit_ms = self.clock.now_ms()
         self.ctx.store.add_dispatch_listener(self._on_dispatch)
-        log.info("timer service: resuming after second %d (%d s behind), enqueue offset %d, log %d records",
-                 self.cursor_sec, max(0, now_sec - self.cursor_sec), self.enqueue_offset, self.store.records)
+        log.info("timer service: delivering from %s (%d s behind), enqueue offset %d, log %d records",
+                 time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.cursor_sec)),
+                 max(0, now_sec - self.cursor_sec), self.enqueue_offset, self.store.records)
 
     async def stop(self) -> None:
         # No commit: the walked slot may still hold undelivered entries. The last checkpoint plus the log
