@@ -5,6 +5,7 @@ per-broker / per-topic consumption statistics of mqadmin's brokerConsumeStats an
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,19 +116,30 @@ class GroupAdmin(AdminBase):
         is answered by its first reachable slave (noted as a problem); one that cannot be reached at all is a
         problem naming the broker and the error. Answers with an error code are problems too."""
         out = GroupProgress(group)
-        for bd in await self._group_broker_datas(group, topic):
-            master = bd.master_addr()
-            addrs = [master] if master else [a for _, a in sorted(bd.broker_addrs.items())]
-            if not master:
-                out.problems.append(BrokerProblem(bd.broker_name, "", "no master registered with the name server"
-                                                  + ("; offsets read from its slave" if addrs else "")))
-            for addr in addrs:
-                try:
-                    await self._progress_of(out, bd.broker_name, addr, group, topic)
-                    break
-                except RemotingError as e:
-                    out.problems.append(BrokerProblem(bd.broker_name, addr, f"unreachable: {e}", e))
+        # broker groups are asked concurrently: a hung one costs one timeout, not one per group
+        parts = await asyncio.gather(*(self._broker_progress(bd, group, topic)
+                                       for bd in await self._group_broker_datas(group, topic)))
+        for part in parts:
+            out.queues += part.queues
+            out.consume_tps += part.consume_tps
+            out.problems += part.problems
         out.queues.sort(key=lambda q: (q.mq.topic, q.mq.broker_name, q.mq.queue_id))
+        return out
+
+    async def _broker_progress(self, bd: BrokerData, group: str, topic: str | None) -> GroupProgress:
+        out = GroupProgress(group)
+        master = bd.master_addr()
+        addrs = [master] if master else [a for _, a in sorted(bd.broker_addrs.items())]
+        if not master:
+            out.problems.append(BrokerProblem(bd.broker_name, "", "no master registered with the name server"
+                                              + ("; offsets read from its slave" if addrs else "")))
+        for addr in addrs:
+            try:
+                await self._progress_of(out, bd.broker_name, addr, group, topic)
+                break
+            except RemotingError as e:
+                out.queues = [q for q in out.queues if q.source != addr]  # nothing half-read from it
+                out.problems.append(BrokerProblem(bd.broker_name, addr, f"unreachable: {e}", e))
         return out
 
     async def _progress_of(self, out: GroupProgress, broker_name: str, addr: str, group: str,
