@@ -198,6 +198,8 @@ def consume_command(topic: str, group: str | None, expression: str, count: int, 
     if count and got < count:
         raise CliError(f"received {got} of {count} message(s) before the idle timeout ({idle_timeout:g} s without "
                        "a message)", EXIT_FAILURE)
+    if why == "idle":
+        click.echo(f"idle timeout: {idle_timeout:g} s without a message ({got} received)", err=True)
 
 
 async def _consume(topic: str, group: str, expression: str, count: int, from_beginning: bool,
