@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from orbitmq.client import ConsumeResult, Producer, PushConsumer
-from orbitmq.client.errors import NoPermissionError
+from orbitmq.client import ConsumeResult, Producer, PushConsumer, SimpleConsumer
+from orbitmq.client.errors import NoPermissionError, NoRouteError
 from orbitmq.client.instance import ClientInstance
 from orbitmq.model import Message
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
@@ -99,6 +99,18 @@ def test_sdk_with_credentials_sends_and_consumes_and_is_refused_otherwise(acl_st
             await c.shutdown()
         assert sorted(got) == [f"acl-{i}".encode() for i in range(5)]
 
+        # POP (SimpleConsumer): SUB on topic and group
+        async with SimpleConsumer("CG_acl_pop", s.namesrv_addr, "TopicAcl", access_key=APP.access_key,
+                                  secret_key=APP.secret_key) as sc:
+            popped: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while len(popped) < 5:
+                assert time.monotonic() < deadline, f"popped only {popped}"
+                for m in await sc.receive(16, poll_ms=1000):
+                    popped.append(m.body)
+                    await sc.ack(m)
+            assert sorted(popped) == [f"acl-{i}".encode() for i in range(5)]
+
         # admin-only requests: refused for the application account, done for the admin account
         create = {"topic": "TopicByAdmin", "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4",
                   "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}
@@ -108,6 +120,19 @@ def test_sdk_with_credentials_sends_and_consumes_and_is_refused_otherwise(acl_st
         assert resp.code == ResponseCode.NO_PERMISSION
         resp = await _admin_request(s, ADMIN, RequestCode.UPDATE_AND_CREATE_TOPIC, create)
         assert resp.code == ResponseCode.SUCCESS, resp.remark
+        async with SimpleConsumer("CG_acl_pop", s.namesrv_addr, "TopicByAdmin", access_key=APP.access_key,
+                                  secret_key=APP.secret_key) as sc:  # no SUB on it: the pop is refused
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    await sc.receive(1, poll_ms=0)
+                except NoRouteError:  # the new topic's route reaches the name server with the next registration
+                    assert time.monotonic() < deadline, "TopicByAdmin never got a route"
+                    await asyncio.sleep(0.1)
+                    continue
+                except NoPermissionError:
+                    break
+                raise AssertionError("a pop without SUB permission was answered")
 
         # RocketMQ's ACL administration request (mqadmin updateAclConfig): a new account works at once
         resp = await _admin_request(s, ADMIN, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {
