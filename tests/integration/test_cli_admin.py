@@ -47,6 +47,17 @@ def js(*args: str, namesrv: str) -> object:
     return orjson.loads(res.stdout)
 
 
+def js_soon(*args: str, namesrv: str, within_s: float = 10.0) -> object:
+    """js() retried until it succeeds: index lookups see a message once the broker's dispatch indexed it."""
+    deadline = time.monotonic() + within_s
+    while True:
+        res = CliRunner().invoke(main, [*args, "--json", "-n", namesrv])
+        if res.exit_code == 0:
+            return orjson.loads(res.stdout)
+        assert time.monotonic() < deadline, (args, res.stdout, res.stderr)
+        time.sleep(0.1)
+
+
 def test_process_title_names_role_and_broker(server) -> None:
     proc, _, broker = server
     cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -62,10 +73,10 @@ def test_produce_prints_both_ids_and_query_by_id_takes_either(server) -> None:
     fields = dict(kv.split("=", 1) for kv in lines[1].split()[1:])
     uniq, offset_id = fields["msgId"], fields["offsetMsgId"]
     for msg_id in (uniq, offset_id):  # no -t: a unique id is searched in every topic's index
-        found = js("queryMsgById", "-i", msg_id, namesrv=ns)
+        found = js_soon("queryMsgById", "-i", msg_id, namesrv=ns)
         assert (found["msgId"], found["offsetMsgId"], found["body"]) == (uniq, offset_id, "q1")
     assert js("queryMsgById", "-i", uniq, "-t", "AdmT", namesrv=ns)["storeHost"] == broker
-    assert js("queryMsgByUniqueKey", "-i", uniq, "-t", "AdmT", namesrv=ns)["body"] == "q1"
+    assert js_soon("queryMsgByUniqueKey", "-i", uniq, "-t", "AdmT", namesrv=ns)["body"] == "q1"
     assert_one_line_error(cli("queryMsgById", "-i", "C0A80101000000000000000000000000", namesrv=ns), 1,
                           "not found")
 
@@ -76,7 +87,7 @@ def test_send_read_and_print_messages(server) -> None:
               namesrv=ns)
     assert len(sent) == 1 and sent[0]["queueId"] == 1 and sent[0]["sendResult"] == "SEND_OK"
     offset = sent[0]["queueOffset"]
-    at = js("queryMsgByOffset", "-t", "AdmT", "-b", "broker-a", "-i", "1", "-o", str(offset), namesrv=ns)
+    at = js_soon("queryMsgByOffset", "-t", "AdmT", "-b", "broker-a", "-i", "1", "-o", str(offset), namesrv=ns)
     assert (at["body"], at["tags"], at["keys"], at["msgId"]) == ("to-q1", "TagS", "sk", sent[0]["msgId"])
     one_queue = js("consumeMessage", "-t", "AdmT", "-b", "broker-a", "-i", "1", "-o", str(offset), "-c", "5",
                    namesrv=ns)
@@ -144,7 +155,8 @@ def test_connections_and_ctrl_c_says_interrupted(server) -> None:
         assert_one_line_error(cli("consumerStatus", "-g", "AdmLive", "-i", "1.2.3.4@nobody", namesrv=ns), 1,
                               "not online")
         sent = js("sendMessage", "-t", "AdmT", "-p", "direct", namesrv=ns)[0]
-        direct = js("queryMsgById", "-i", sent["msgId"], "-t", "AdmT", "-g", "AdmLive", "-d", client_id, namesrv=ns)
+        direct = js_soon("queryMsgById", "-i", sent["msgId"], "-t", "AdmT", "-g", "AdmLive", "-d", client_id,
+                         namesrv=ns)
         assert direct["body"] == "direct" and direct["consumeDirectly"].startswith("CR_SUCCESS"), direct
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
