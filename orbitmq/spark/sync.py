@@ -129,7 +129,8 @@ class SyncClient:
 
         async def one(msgs: list[Message], sem: asyncio.Semaphore) -> SendResult:
             async with sem:
-                queues = (await p._instance().route(msgs[0].topic)).publish_queues(msgs[0].topic)
+                # the producer's own queue list (a topic new to the broker is auto-created as by a plain send)
+                queues = (await p._instance().publish_info(msgs[0].topic, p.default_topic_queue_nums)).queues
                 uniq = msgs[0].properties.get(Prop.UNIQ_KEY)
                 if not queues or uniq is None:
                     return await p.send_batch(msgs)
