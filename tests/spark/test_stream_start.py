@@ -5,7 +5,10 @@ initialOffset resolved; a restarted query re-runs that batch from them, whatever
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from orbitmq.spark import offsets as ofs
 from orbitmq.spark.source import ARROW_SCHEMA, OrbitMQStreamReader, QueueRange, read_range
@@ -70,3 +73,36 @@ def test_first_batch_without_new_messages_still_records_its_start(mq: Any, helpe
     assert ofs.from_json_obj(end) == ofs.from_json_obj(init) and ofs.carried_start(end) == ofs.from_json_obj(init)
     assert _read(reader, init, end) == []
     assert _latest(reader, end) == end
+
+
+@pytest.mark.timeout(300)
+def test_query_stopped_before_its_first_commit_reads_what_arrived_meanwhile(spark: Any, mq: Any, helpers: Any,
+                                                                          tmp_path: Path) -> None:
+    """End to end: a `latest` query whose first batch fails (nothing committed), 50 new messages, a restart from the
+    same checkpoint: the restarted query reads those 50 (re-resolving `latest` would skip them)."""
+    from pyspark.errors import StreamingQueryException
+
+    topic, ns = "SparkStartE2E", mq.namesrv_addr
+    helpers.create_topic(ns, topic, 4)
+    asyncio.run(helpers.produce(ns, topic, 0, 100, queues=4, batch=25))
+    ckpt = str(tmp_path / "ckpt")
+
+    def fail(df: Any, batch_id: int) -> None:
+        raise RuntimeError(f"batch {batch_id} dies before its commit")
+
+    reader = (spark.readStream.format("orbitmq").option("nameServer", ns).option("topic", topic)
+              .option("startingOffsets", "latest").option("commitOffsetsToBroker", "false"))
+    q1 = reader.load().writeStream.foreachBatch(fail).option("checkpointLocation", ckpt).start()
+    with pytest.raises(StreamingQueryException, match="dies before its commit"):
+        q1.awaitTermination(120)
+    assert not (tmp_path / "ckpt" / "commits" / "0").exists()
+    assert "@start" in (tmp_path / "ckpt" / "offsets" / "0").read_text()
+
+    asyncio.run(helpers.produce(ns, topic, 100, 50, queues=4, batch=10))
+    seen: list[str] = []
+    q2 = (reader.load().selectExpr("cast(body AS string) AS body").writeStream
+          .foreachBatch(lambda df, _: seen.extend(r["body"] for r in df.collect()))
+          .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+    q2.awaitTermination(180)
+    assert q2.exception() is None, q2.exception()
+    assert sorted(seen) == sorted(f"msg-{i}" for i in range(100, 150))
