@@ -340,3 +340,23 @@ def test_parser_markers_indent_and_rewrites(tmp_path: Path) -> None:
     assert rewrite_ports(blocks[2].text, Ports(1234, 5678)) == "print('127.0.0.1:1234', 5678)\n"
     assert rewrite_cluster_init("orbitmq cluster init ./c", 20000, 30000) == \
         "orbitmq cluster init --broker-port 30000 --namesrv-port 20000 ./c"
+
+
+OUTSIDE = re.compile(r"/work/|\.\./shared|shared/(reference|design)/|closing notes of each issue|\(`issues`\)")
+LINK = re.compile(r"\]\((?!https?:|mailto:|#)(?P<target>[^)\s#]+)(?:#[^)]*)?\)")
+
+
+def test_docs_stand_alone() -> None:
+    """Issue 17 item 4: README.md and docs/** name nothing outside the repository, and their relative links lead
+    to files of the repository."""
+    problems: list[str] = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        rel = path.relative_to(ROOT)
+        for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if OUTSIDE.search(line):
+                problems.append(f"{rel}:{no}: refers outside the repository: {line.strip()}")
+            for m in LINK.finditer(line):
+                target = (path.parent / m.group("target")).resolve()
+                if not target.is_relative_to(ROOT) or not target.exists():
+                    problems.append(f"{rel}:{no}: link to a missing file: {m.group('target')}")
+    assert problems == [], "\n".join(problems)
