@@ -1,5 +1,6 @@
-"""Fixtures of the Spark connector tests: one local[2] SparkSession and one standalone OrbitMQ per session,
-plus helpers to create topics and produce with batched sends. Every test here is marked spark + integration."""
+"""Fixtures of the Spark connector tests: one local[2,4] SparkSession (failed tasks retried) and one standalone
+OrbitMQ per session, plus helpers to create topics and produce with batched sends. Every test here is marked
+spark + integration."""
 
 from __future__ import annotations
 
