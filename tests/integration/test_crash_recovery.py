@@ -131,7 +131,7 @@ def test_sync_flush_kill9_under_load_loses_no_acknowledged_message(tmp_path: Pat
 
         asyncio.run(after())
         log = sa.log_path.read_text(errors="replace")
-        assert "truncate torn tail" in log, "recovery did not report the torn record"
+        assert "CommitLog tail torn -> truncate" in log, "recovery did not report the torn record"
     finally:
         sa.close()
 
