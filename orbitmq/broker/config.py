@@ -157,6 +157,12 @@ class BrokerConfig:
     lease_ttl_millis: int = _opt(6000)
     lease_renew_interval_millis: int = _opt(0)  # 0 -> a third of leaseTtlMillis
     lease_max_db_errors: int = _opt(3)  # consecutive database errors before the elector goes OFFLINE
+    # Raft broker groups (DLedger CommitLog mode; broker/raft_mode/, docs/design/raft-group.md): Raft elects the
+    # master of the group (brokerId 0) and replicates every write; brokerRole/brokerId are ignored
+    enable_dleger_commit_log: bool = _opt(False, important=True)
+    dleger_group: str = _opt("")  # "" -> brokerName
+    dleger_peers: str = _opt("", important=True)  # n0-host:port;n1-host:port;n2-host:port (Raft peer ports)
+    dleger_self_id: str = _opt("", important=True)  # this member's id in dLegerPeers
     # Prometheus metrics (broker/metrics.py; docs/operations.md): PROM serves /metrics, DISABLE (default) does not
     metrics_exporter_type: str = _opt("DISABLE", important=True)
     metrics_prom_exporter_host: str = _opt("")  # "" -> brokerIP1, as RocketMQ
@@ -195,7 +201,7 @@ class BrokerConfig:
     @property
     def dynamic_role(self) -> bool:
         """The role changes at runtime (controller mode or lease election: controller_mode/replicas_manager.py)."""
-        return self.enable_controller_mode or self.enable_lease_election
+        return self.enable_controller_mode or self.enable_lease_election or self.enable_dleger_commit_log
 
     @property
     def lease_name_or_default(self) -> str:
@@ -216,7 +222,9 @@ class BrokerConfig:
         if self.enable_controller_mode and self.enable_lease_election:
             raise ConfigError("enableControllerMode and enableLeaseElection cannot both be true: the role comes "
                               "either from the controller or from the lease")
-        if self.enable_lease_election:
+        if self.enable_dleger_commit_log:
+            self._validate_dleger()
+        elif self.enable_lease_election:
             self._validate_lease_election()
         elif self.enable_controller_mode:
             self._validate_controller_mode()
@@ -290,6 +298,15 @@ class BrokerConfig:
                               "lease is that difference")
         if self.min_in_sync_replicas < 1:
             raise ConfigError(f"minInSyncReplicas: {self.min_in_sync_replicas} must be >= 1")
+
+    def _validate_dleger(self) -> None:
+        if self.enable_controller_mode or self.enable_lease_election or self.enable_slave_acting_master:
+            raise ConfigError("enableDLegerCommitLog cannot be combined with enableControllerMode, "
+                              "enableLeaseElection or enableSlaveActingMaster: Raft elects the master of the group")
+        from orbitmq.broker.raft_mode.service import group_peers
+        peers = group_peers(self.dleger_peers)
+        if self.dleger_self_id not in peers:
+            raise ConfigError(f"dLegerSelfId: {self.dleger_self_id!r} is not one of dLegerPeers ({', '.join(peers)})")
 
     def _validate_lease_election(self) -> None:
         if self.enable_slave_acting_master:

@@ -110,6 +110,11 @@ BROKER_KEYS: dict[str, str] = {
     "leaseTtlMillis": "lease_ttl_millis",
     "leaseRenewIntervalMillis": "lease_renew_interval_millis",
     "leaseMaxDbErrors": "lease_max_db_errors",
+    # Raft broker groups (broker/raft_mode/)
+    "enableDLegerCommitLog": "enable_dleger_commit_log",
+    "dLegerGroup": "dleger_group",
+    "dLegerPeers": "dleger_peers",
+    "dLegerSelfId": "dleger_self_id",
     "syncFromLastFile": "sync_from_last_file",
     "metricsExporterType": "metrics_exporter_type",
     "metricsPromExporterHost": "metrics_prom_exporter_host",
@@ -152,7 +157,7 @@ IGNORED_KEYS = frozenset({
     "serverPooledByteBufAllocatorEnable", "useEpollNativeSelector", "useReentrantLockWhenPutMessage",
     "transientStorePoolEnable", "warmMapedFileEnable", "osPageCacheBusyTimeOutMills", "sendThreadPoolQueueCapacity",
     "pullThreadPoolQueueCapacity", "waitTimeMillsInSendQueue", "waitTimeMillsInPullQueue", "fetchNamesrvAddrByAddressServer",
-    "enableDLegerCommitLog", "slaveReadEnableForDLeger",
+    "slaveReadEnableForDLeger",
 })
 
 SECRET_FIELDS = frozenset({"cluster_secret"})
@@ -239,7 +244,13 @@ def build_configs(
     for name in ("acl_file_path", "rocketmq_home"):  # relative to broker.conf's directory, like the store paths
         if broker_kw.get(name):
             broker_kw[name] = _resolve_dir(broker_kw[name], base_dir)
-    if broker_kw.get("enable_lease_election") and not broker_kw.get("enable_controller_mode"):
+    if broker_kw.get("enable_dleger_commit_log"):
+        for key, name in (("broker_role", "brokerRole"), ("broker_id", "brokerId")):
+            if key in broker_kw:
+                warnings.append(f"{source}: {name} {broker_kw[key]} ignored: with enableDLegerCommitLog Raft decides "
+                                "the role (the leader registers as brokerId 0)")
+        broker_kw["broker_role"], broker_kw["broker_id"] = "SLAVE", 1  # fenced replica until Raft names the role
+    elif broker_kw.get("enable_lease_election") and not broker_kw.get("enable_controller_mode"):
         for key, name in (("broker_role", "brokerRole"), ("broker_id", "brokerId")):
             if key in broker_kw:
                 warnings.append(f"{source}: {name} {broker_kw[key]} ignored: with enableLeaseElection the lease "

@@ -77,6 +77,7 @@ class BrokerService(Protocol):
 
 # "module:function" of every service factory, in start order. Append one line per service.
 FACTORIES: list[str] = [
+    "orbitmq.broker.raft_mode.service:create",  # enableDLegerCommitLog: ctx.store becomes the Raft proposal proxy
     "orbitmq.broker.services.dedup:create",  # first: sees every send before other hooks rewrite or answer it
     # RIP-44 controller mode (enableControllerMode; replaces "ha"): before the services that read the role
     "orbitmq.broker.controller_mode.replicas_manager:create",

@@ -1,0 +1,106 @@
+"""Raft entry payloads of a broker group: a type byte, then the payload (docs/design/raft-group.md, On-disk mapping).
+Pure functions, no I/O."""
+
+from __future__ import annotations
+
+import struct
+
+from orbitmq.base.errors import ProtocolError
+from orbitmq.model.properties import decode_properties_py, encode_properties
+from orbitmq.store.results import MessageInner
+
+MESSAGES = 0x01  # a batch of messages for the CommitLog
+COMMAND_MIN, COMMAND_MAX = 0x10, 0x7F  # entry types other modules register (local delivery)
+
+_COUNT = struct.Struct(">I")
+_FIXED = struct.Struct(">iiiqiq")  # queue_id, flag, sys_flag, born_timestamp, reconsume_times, prepared tx offset
+_LEN = struct.Struct(">I")
+
+
+def _put_bytes(out: list[bytes], b: bytes) -> None:
+    out.append(_LEN.pack(len(b)))
+    out.append(b)
+
+
+def encode_messages(msgs: list[MessageInner]) -> bytes:
+    out: list[bytes] = [bytes((MESSAGES,)), _COUNT.pack(len(msgs))]
+    for m in msgs:
+        out.append(_FIXED.pack(m.queue_id, m.flag, m.sys_flag, m.born_timestamp, m.reconsume_times,
+                               m.prepared_transaction_offset))
+        _put_bytes(out, m.topic.encode("utf-8"))
+        _put_bytes(out, bytes(m.body))
+        _put_bytes(out, encode_properties(m.properties).encode("utf-8"))
+        _put_bytes(out, m.born_host.encode("utf-8"))
+        _put_bytes(out, m.store_host.encode("utf-8"))
+    return b"".join(out)
+
+
+class _Reader:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes, pos: int) -> None:
+        self.data = data
+        self.pos = pos
+
+    def take(self, n: int) -> bytes:
+        end = self.pos + n
+        if end > len(self.data):
+            raise ProtocolError(f"raft group entry truncated at byte {self.pos} (need {n} more)")
+        b = self.data[self.pos:end]
+        self.pos = end
+        return b
+
+    def unpack(self, st: struct.Struct) -> tuple[int, ...]:
+        return st.unpack(self.take(st.size))
+
+    def blob(self) -> bytes:
+        (n,) = self.unpack(_LEN)
+        return self.take(n)
+
+
+def decode_messages(data: bytes) -> list[MessageInner]:
+    """The messages of a MESSAGES entry (data includes the type byte); ProtocolError when malformed."""
+    if not data or data[0] != MESSAGES:
+        raise ProtocolError(f"not a MESSAGES entry (type {data[0] if data else None})")
+    r = _Reader(data, 1)
+    (count,) = r.unpack(_COUNT)
+    msgs: list[MessageInner] = []
+    for _ in range(count):
+        queue_id, flag, sys_flag, born_ts, reconsume, prepared = r.unpack(_FIXED)
+        topic = r.blob().decode("utf-8")
+        body = r.blob()
+        props = decode_properties_py(r.blob().decode("utf-8"))
+        born_host = r.blob().decode("utf-8")
+        store_host = r.blob().decode("utf-8")
+        msgs.append(MessageInner(topic, queue_id, body, props, flag, sys_flag, born_ts, born_host, store_host,
+                                 reconsume, prepared))
+    if r.pos != len(data):
+        raise ProtocolError(f"raft group entry has {len(data) - r.pos} trailing bytes")
+    return msgs
+
+
+def encode_command(entry_type: int, payload: bytes) -> bytes:
+    check_command_type(entry_type)
+    return bytes((entry_type,)) + payload
+
+
+def check_command_type(entry_type: int) -> None:
+    if not COMMAND_MIN <= entry_type <= COMMAND_MAX:
+        raise ValueError(f"command entry type {entry_type:#x} outside {COMMAND_MIN:#x}..{COMMAND_MAX:#x}")
+
+
+_SNAP = struct.Struct(">4sBQ")  # magic, version, CommitLog end offset
+SNAP_MAGIC = b"ORGS"
+
+
+def encode_snapshot(phys_end: int) -> bytes:
+    return _SNAP.pack(SNAP_MAGIC, 1, phys_end)
+
+
+def decode_snapshot(data: bytes) -> int:
+    if len(data) != _SNAP.size:
+        raise ProtocolError(f"raft group snapshot of {len(data)} bytes (expected {_SNAP.size})")
+    magic, version, phys_end = _SNAP.unpack(data)
+    if magic != SNAP_MAGIC or version != 1:
+        raise ProtocolError(f"not a raft group snapshot (magic {magic!r}, version {version})")
+    return int(phys_end)

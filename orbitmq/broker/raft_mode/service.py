@@ -1,0 +1,217 @@
+"""RaftGroupService: one member of a Raft-replicated broker group (enableDLegerCommitLog; docs/design/raft-group.md).
+
+Owns the Raft member (RaftDriver over RaftStorage in <storePathRootDir>/dledger, RaftTransport), the listening
+socket of its dLegerPeers address (ORBIT_RAFT_MESSAGE only), and the GroupStateMachine. Its factory replaces
+ctx.store with the RaftStore proxy, so every write of the broker becomes a proposal. Raft roles become broker roles:
+the leader is brokerId 0 (SYNC_MASTER) with the term as its name-server stateVersion, followers are slaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from orbitmq.acl.cluster import cluster_guarded, cluster_signer
+from orbitmq.base.errors import ConfigError
+from orbitmq.broker.raft_mode.codec import encode_command, encode_messages
+from orbitmq.broker.raft_mode.state_machine import CommandApply, CommitListener, GroupStateMachine
+from orbitmq.broker.raft_mode.store_proxy import RaftStore
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.raft import (
+    NotLeaderError,
+    RaftConfig,
+    RaftDriver,
+    RaftStorage,
+    RaftTransport,
+    Role,
+    RoleListener,
+    parse_peers,
+)
+from orbitmq.remoting import RemotingServer
+from orbitmq.store.results import MessageInner, PutResult, PutStatus
+
+if TYPE_CHECKING:
+    from orbitmq.broker.context import BrokerContext
+    from orbitmq.broker.services import ServiceEnv
+
+log = logging.getLogger("orbitmq.broker.raft_mode")
+
+RAFT_DIR = "dledger"
+TICK_MS = 50
+ELECTION_TICKS = 10  # 0.5-1 s randomized election timeout; heartbeats every tick
+SNAPSHOT_EVERY = 20_000  # applied entries between snapshots (Raft log compaction)
+PROPOSE_TIMEOUT_MS = 5_000
+ADOPT_EVERY_S = 0.5
+
+def group_peers(spec: str) -> dict[str, str]:
+    """dLegerPeers -> {id: host:port}; ConfigError naming dLegerPeers when malformed."""
+    try:
+        peers = parse_peers(spec)
+    except ConfigError as e:
+        raise ConfigError(str(e).replace("controllerDLegerPeers", "dLegerPeers")) from None
+    if not peers:
+        raise ConfigError("dLegerPeers: enableDLegerCommitLog=true needs n0-host:port;n1-host:port;...")
+    return peers
+
+def follower_broker_id(peers: dict[str, str], self_id: str) -> int:
+    """A follower's brokerId: its position in dLegerPeers + 1 (n0 -> 1, n1 -> 2, ...)."""
+    return list(peers).index(self_id) + 1
+
+class RaftGroupService:
+    name = "raft_group"
+
+    def __init__(self, ctx: BrokerContext, env: ServiceEnv) -> None:
+        cfg = ctx.config
+        self.ctx = ctx
+        self.peers = group_peers(cfg.dleger_peers)
+        self.self_id = cfg.dleger_self_id
+        if self.self_id not in self.peers:
+            raise ConfigError(f"dLegerSelfId: {self.self_id!r} is not one of dLegerPeers ({', '.join(self.peers)})")
+        self.group = cfg.dleger_group or cfg.broker_name
+        self.follower_id = follower_broker_id(self.peers, self.self_id)
+        self.real_store = ctx.store
+        self.sm = GroupStateMachine(self.real_store)
+        self.raft_dir = os.path.join(env.store_config.store_path_root_dir, RAFT_DIR)
+        self.transport = RaftTransport(self.group, self.self_id, self.peers, sign=cluster_signer(cfg.cluster_secret))
+        self.driver = RaftDriver(RaftConfig(self.self_id, tuple(self.peers), election_ticks=ELECTION_TICKS,
+                                            tick_ms=TICK_MS),
+                                 RaftStorage(self.raft_dir), self.transport, self.sm, snapshot_every=SNAPSHOT_EVERY)
+        host, _, port = self.peers[self.self_id].rpartition(":")
+        bind = cfg.bind_address if cfg.bind_address not in ("", "0.0.0.0") else host  # noqa: S104
+        self.server = RemotingServer(cluster_guarded(self._handle, cfg.cluster_secret,
+                                                     (int(RequestCode.ORBIT_RAFT_MESSAGE),)),
+                                     bind, int(port), name="raft-group")
+        self.role_changes = 0
+        self.topics_adopted = 0
+        ctx.store = RaftStore(self.real_store, self)  # type: ignore[assignment]
+        ctx.set_role("SLAVE", self.follower_id)  # a fenced follower until Raft names a leader
+
+    # ---- hooks for other modules (docs/design/raft-group.md, "Hooks") -----------------------------------------
+    def register_command(self, entry_type: int, apply: CommandApply) -> None:
+        self.sm.register_command(entry_type, apply)
+
+    async def propose_command(self, entry_type: int, payload: bytes, timeout_ms: int = PROPOSE_TIMEOUT_MS) -> object:
+        return await self.driver.propose(encode_command(entry_type, payload), timeout_ms)
+
+    def add_role_listener(self, cb: RoleListener) -> None:
+        self.driver.add_role_listener(cb)
+
+    def add_commit_listener(self, cb: CommitListener) -> None:
+        self.sm.add_commit_listener(cb)
+
+    # ---- writes -----------------------------------------------------------------------------------------------
+    def accepting_writes(self) -> bool:
+        return self.driver.is_leader
+
+    async def propose_messages(self, msgs: list[MessageInner]) -> PutResult:
+        """SEND_OK only once a majority stored the entry and this leader applied it to its CommitLog."""
+        if not self.driver.is_leader:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
+        try:
+            out = await self.driver.propose(encode_messages(msgs), PROPOSE_TIMEOUT_MS)
+        except (NotLeaderError, TimeoutError) as e:  # proposed: may still commit under a new leader
+            log.warning("raft group %s: a put of %d messages is not confirmed: %s", self.group, len(msgs), e)
+            return PutResult(PutStatus.FLUSH_SLAVE_TIMEOUT)
+        if not isinstance(out, tuple):
+            return PutResult(PutStatus.UNKNOWN_ERROR)
+        result, wait_end = out
+        if wait_end >= 0:
+            result = await self.real_store.wait_put_flushed(result, wait_end)
+        return result
+
+    # ---- lifecycle --------------------------------------------------------------------------------------------
+    def handlers(self) -> dict[int, Callable[..., Any]]:
+        return {}
+
+    async def start(self) -> None:
+        store = self.real_store
+        if not os.path.isdir(self.raft_dir) and store.max_phys_offset > store.min_phys_offset:
+            raise ConfigError(f"enableDLegerCommitLog: the store {store.config.store_path_root_dir} already holds "
+                              "messages written outside a Raft group; start the group on an empty store")
+        try:
+            await self.server.start()
+        except OSError as e:
+            raise ConfigError(f"dLegerPeers: cannot listen on {self.peers[self.self_id]}: {e.strerror or e}") from None
+        self.driver.add_role_listener(self._on_role)
+        try:
+            await self.driver.start()
+        except BaseException:
+            await self.server.stop()
+            raise
+        log.info("raft group %s: member %s listening on %s (peers %s)", self.group, self.self_id,
+                 self.peers[self.self_id], ", ".join(f"{k}={v}" for k, v in self.peers.items()))
+
+    async def run(self) -> None:
+        """Topic configs are not in the Raft log: a member that holds queues of a topic it has no config for (the
+        topic was created on another leader) adopts the topic, so it serves reads and registers it."""
+        while True:
+            await asyncio.sleep(ADOPT_EVERY_S)
+            self.adopt_topics()
+
+    def adopt_topics(self) -> None:
+        adopted = self.ctx.topics.adopt_topics_with_data(self.real_store.cq_table.queue_max_offsets())
+        if adopted:
+            self.topics_adopted += len(adopted)
+            log.info("raft group %s: adopted topics %s (data but no config here)", self.group,
+                     ", ".join(tc.topic_name for tc in adopted))
+            with contextlib.suppress(OSError):
+                self.ctx.topics.persist()
+            self.ctx.request_register()
+
+    async def stop(self) -> None:
+        await self.driver.stop()
+        with contextlib.suppress(Exception):
+            await self.server.stop()
+
+    def _handle(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
+        if cmd.code == RequestCode.ORBIT_RAFT_MESSAGE:
+            return self.transport.handle(conn, cmd)
+        if cmd.is_oneway:
+            return None
+        return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                            f"request code {cmd.code} not supported on the Raft peer port")
+
+    # ---- roles ------------------------------------------------------------------------------------------------
+    def _on_role(self, role: Role, term: int, leader_id: str) -> None:
+        ctx = self.ctx
+        dv = ctx.topics.data_version
+        if role == Role.LEADER:
+            self.adopt_topics()
+            ctx.set_role("SYNC_MASTER", 0)
+        else:
+            ctx.set_role("SLAVE", self.follower_id)
+        dv.state_version = term  # name servers prefer the route of the newest term
+        dv.next_version()
+        with contextlib.suppress(OSError):
+            ctx.topics.persist()
+        self.role_changes += 1
+        log.warning("raft group %s: member %s is %s in term %d (leader %s)", self.group, self.self_id, role.name,
+                    term, leader_id or "unknown")
+        ctx.request_register()
+
+    def runtime(self) -> dict[str, str]:
+        st = self.driver.status()
+        out = {"dLegerGroup": self.group, "dLegerSelfId": self.self_id, "dLegerRole": str(st.get("role", "")),
+               "dLegerLeaderId": str(st.get("leader", "")), "dLegerTerm": str(st.get("term", 0)),
+               "dLegerCommitIndex": str(st.get("commit", 0)), "dLegerAppliedIndex": str(self.sm.applied),
+               "dLegerLastIndex": str(st.get("last_index", 0))}
+        progress = st.get("progress")
+        if isinstance(progress, dict):
+            last = int(st.get("last_index", 0))  # type: ignore[call-overload]
+            out["dLegerPeerLag"] = ";".join(f"{p}:{max(0, last - int(v['match']))}" for p, v in progress.items())
+        if self.sm.behind is not None:
+            out["dLegerBehind"] = f"{self.sm.behind[0]}..{self.sm.behind[1]}"
+        return out
+
+def create(ctx: BrokerContext, env: ServiceEnv) -> RaftGroupService | None:
+    if not ctx.config.enable_dleger_commit_log:
+        return None
+    return RaftGroupService(ctx, env)
+
+
+__all__ = ["RaftGroupService", "create", "follower_broker_id", "group_peers"]
+

@@ -1,0 +1,106 @@
+"""GroupStateMachine: what a committed Raft entry of a broker group does on every member (docs/design/raft-group.md).
+
+MESSAGES entries go into the member's MessageStore (CommitLog, then ConsumeQueue/index by the store's dispatch):
+only committed entries ever reach the store. Command entries (0x10..0x7F) go to the module that registered the type
+(local delivery). The snapshot is the CommitLog end offset after the applied index; restoring it cuts the CommitLog
+back to that offset so that the entries after it can be applied again without duplicates.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from orbitmq.broker.raft_mode.codec import (
+    MESSAGES,
+    check_command_type,
+    decode_messages,
+    decode_snapshot,
+    encode_snapshot,
+)
+
+log = logging.getLogger("orbitmq.broker.raft_mode")
+
+CommandApply = Callable[[int, bytes], object]
+CommitListener = Callable[[int], None]
+
+
+class GroupStateMachine:
+    """raft.StateMachine over a MessageStore (the real one, never the RaftStore proxy)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._commands: dict[int, CommandApply] = {}
+        self._commit_listeners: list[CommitListener] = []
+        self._based = False  # the store's content has been matched to the Raft log (restore or first apply)
+        self.applied = 0
+        self.behind: tuple[int, int] | None = None  # (our CommitLog end, snapshot's) when a snapshot left us behind
+        self.apply_errors = 0
+
+    def register_command(self, entry_type: int, apply: CommandApply) -> None:
+        check_command_type(entry_type)
+        if entry_type in self._commands:
+            raise ValueError(f"command entry type {entry_type:#x} is already registered")
+        self._commands[entry_type] = apply
+
+    def add_commit_listener(self, cb: CommitListener) -> None:
+        self._commit_listeners.append(cb)
+
+    # ---- raft.StateMachine -------------------------------------------------------------------------------------
+    def apply(self, index: int, data: bytes) -> object:
+        if not self._based:
+            # no snapshot was restored: the Raft log starts at index 1 and is applied from there again, so the
+            # CommitLog is rebuilt from it (it can only hold records of entries that are re-applied now)
+            self._based = True
+            if self.store.max_phys_offset > self.store.min_phys_offset:
+                log.warning("raft group: no snapshot, CommitLog rebuilt from the Raft log (was %d bytes)",
+                            self.store.max_phys_offset)
+                self.store.truncate_dirty(self.store.min_phys_offset)
+        try:
+            return self._apply(index, data)
+        finally:
+            self.applied = index
+            for cb in list(self._commit_listeners):
+                try:
+                    cb(index)
+                except Exception:
+                    log.exception("raft group: commit listener failed")
+
+    def _apply(self, index: int, data: bytes) -> object:
+        if not data:
+            return None  # a new leader's no-op
+        kind = data[0]
+        if kind == MESSAGES:
+            msgs = decode_messages(data)
+            result, wait_end = self.store.put_messages_nowait(msgs)
+            if not result.ok:
+                self.apply_errors += 1
+                log.error("raft group: entry %d (%d messages) not stored here: %s", index, len(msgs),
+                          result.status.value)
+            return result, wait_end
+        fn = self._commands.get(kind)
+        if fn is None:
+            self.apply_errors += 1
+            log.error("raft group: entry %d has type %#x that no module registered: skipped", index, kind)
+            return None
+        return fn(index, data[1:])
+
+    def snapshot(self) -> bytes:
+        return encode_snapshot(self.store.max_phys_offset)
+
+    def restore(self, data: bytes) -> None:
+        self._based = True
+        target = decode_snapshot(data)
+        have = self.store.max_phys_offset
+        if have > target:
+            log.warning("raft group: CommitLog cut back from %d to the snapshot's %d (entries after it are applied "
+                        "again)", have, target)
+            self.store.truncate_dirty(target)
+            self.behind = None
+        elif have < target:
+            self.behind = (have, target)
+            log.error("raft group: the snapshot needs CommitLog bytes %d..%d that this member does not have "
+                      "(CommitLog transfer is not implemented): this member serves stale data", have, target)
+        else:
+            self.behind = None

@@ -1,0 +1,114 @@
+"""Raft broker groups (issue 14, DLedger CommitLog mode): a name server and three brokers with
+enableDLegerCommitLog, real processes on free ports (orbitmq/testing/raft_group.py).
+
+- our SDK's producer sends through pushed routes; the leader is kill -9'd mid-run: a new leader within a few seconds,
+  the producer's acknowledgements resume through the route, nothing acknowledged is lost; the killed member restarts
+  and catches up (same CommitLog end on every member); every acknowledged message is readable from every member at
+  the queue offset it was acknowledged at (followers serve reads);
+- followers refuse sends; the name server routes brokerId 0 to the leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orbitmq.client import Admin
+from orbitmq.client.errors import TopicNotExistError
+from orbitmq.protocol import ResponseCode
+from orbitmq.remoting import RemotingClient
+from orbitmq.testing.failover_load import SendLoad, check_acked_readable, probe_send, read_topic_at
+from orbitmq.testing.raft_group import RaftGroup
+
+pytestmark = [pytest.mark.integration]
+
+TOPIC = "RaftTopic"
+QUEUES = 4
+NEW_LEADER_BOUND_S = 5.0  # election timeout 0.5-1 s, plus a busy 2-core machine
+
+
+def run(g: RaftGroup, coro: Any, timeout_s: float) -> Any:
+    try:
+        return asyncio.run(asyncio.wait_for(coro, timeout_s))
+    except BaseException:
+        print(g.logs(40))
+        raise
+
+
+async def route_master(ns_addr: str) -> str:
+    """brokerId 0's address in the topic's route ("" while the name server has no route)."""
+    async with Admin(ns_addr) as admin:
+        try:
+            route = await admin.topic_route(TOPIC)
+        except TopicNotExistError:
+            return ""
+    return next(bd.broker_addrs.get(0, "") for bd in route.broker_datas)
+
+
+def test_leader_kill9_no_acknowledged_loss_and_catch_up(tmp_path: Path) -> None:
+    with RaftGroup(tmp_path / "group") as g:
+        g.start()
+        leader = g.leader()
+        run(g, _create_topic(g, leader), 30)
+        load, new, took, resumed, t_kill = run(g, _kill_leader_under_load(g, leader), 90)
+        print(f"leader n{leader} killed; n{new} leader after {took:.2f}s; first ack of a send begun after the kill "
+              f"{resumed - t_kill:.2f}s after it; {len(load.acked)} acks, {len(load.not_ok)} not ok, "
+              f"{load.errors} errors")
+        assert took < NEW_LEADER_BOUND_S, took
+        assert run(g, route_master(g.ns_addr), 10) == g.addr(new)
+        g.restart(leader)
+        g.wait_same_log(60.0)
+        info = g.runtime(leader)
+        assert info["dLegerRole"] == "FOLLOWER" and info["dLegerLeaderId"] == f"n{new}", info
+        for i in range(g.size):  # the leader, the surviving follower and the restarted member (slave read)
+            stored = run(g, read_topic_at(g.addr(i), TOPIC, QUEUES), 60)
+            problems = check_acked_readable(load.acked, stored)
+            assert not problems, f"member n{i}: " + "\n".join(problems)
+        # a follower refuses writes: the client goes to the leader through the route
+        follower = next(i for i in range(g.size) if i != new)
+        answers: list[int] = []
+        run(g, _probe(g.addr(follower), answers), 10)
+        assert answers == [ResponseCode.SERVICE_NOT_AVAILABLE], answers
+
+
+async def _kill_leader_under_load(g: RaftGroup, leader: int) -> tuple[SendLoad, int, float, float, float]:
+    load = await SendLoad(g.ns_addr, TOPIC, senders=2, run="raft").start()
+    try:
+        await _wait_acks(load, 50)
+        t_kill = await asyncio.to_thread(g.kill9, leader)
+        new = await asyncio.to_thread(g.leader, 15.0, leader)
+        took = time.monotonic() - t_kill
+        await _wait_acks_after(load, t_kill, 30)
+        resumed = load.first_ack_after(t_kill) or 0.0
+    finally:
+        await load.stop()
+    return load, new, took, resumed, t_kill
+
+
+async def _create_topic(g: RaftGroup, leader: int) -> None:
+    async with Admin(g.ns_addr) as admin:
+        await admin.update_topic(TOPIC, broker_addr=g.addr(leader), read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+    while not (await route_master(g.ns_addr)):
+        await asyncio.sleep(0.1)
+
+
+async def _wait_acks(load: SendLoad, n: int) -> None:
+    while len(load.acked) < n:
+        await asyncio.sleep(0.05)
+
+
+async def _wait_acks_after(load: SendLoad, t: float, n: int) -> None:
+    while sum(1 for a in load.acked.values() if a.t_sent >= t) < n:
+        await asyncio.sleep(0.05)
+
+
+async def _probe(addr: str, answers: list[int]) -> None:
+    client = RemotingClient(name="probe")
+    try:
+        await probe_send(client, addr, TOPIC, "to-a-follower", 0, 2000, answers)
+    finally:
+        await client.close()
