@@ -266,7 +266,11 @@ class DeliveryMachine:
 
     # --- snapshot --------------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
-        state: dict[str, Any] = {
+        return orjson.dumps(self.state())
+
+    def state(self) -> dict[str, Any]:
+        """The whole state as plain JSON-able data (what `snapshot()` serializes)."""
+        return {
             "v": SNAPSHOT_VERSION, "now": self.now, "mode": self.mode, "maxd": self.max_deliveries,
             "seq": self.next_seq, "did": self.next_did, "applied": self.applied,
             "last": [[q, o] for q, o in sorted(self.last_offset.items())],
@@ -277,11 +281,13 @@ class DeliveryMachine:
             "checkouts": [[did, co.consumer, co.seq, co.deadline] for did, co in self.checkouts.items()],
             "sq": list(self.sq),
         }
-        return orjson.dumps(state)
 
     @classmethod
     def restore(cls, data: bytes) -> DeliveryMachine:
-        st = orjson.loads(data)
+        return cls.from_state(orjson.loads(data))
+
+    @classmethod
+    def from_state(cls, st: Any) -> DeliveryMachine:
         check(isinstance(st, dict) and st.get("v") == SNAPSHOT_VERSION, "unknown delivery snapshot version")
         m = cls(st["maxd"])
         m.now, m.mode, m.next_seq, m.next_did, m.applied = st["now"], st["mode"], st["seq"], st["did"], st["applied"]

@@ -33,9 +33,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from orbitmq.base.errors import InvariantError
 from orbitmq.delivery import commands as dc
-from orbitmq.delivery.effects import DeadLettered, Deliver, Effect, Refused, Returned, Settled, executes_here
+from orbitmq.delivery.effects import DeadLettered, Deliver, Effect, Refused, Returned, Settled
 from orbitmq.delivery.machine import DeliveryMachine
+from orbitmq.delivery.replica import DeliveryReplica
+from orbitmq.delivery.router import decode_entry, encode_entry
 from orbitmq.raft.messages import Message, MsgType, Ready, Role, Snapshot
 from orbitmq.testing.raft_sim import RaftSim, SimFailure, SimNode, SimOptions, decode_sm
 from orbitmq.testing.vopr import chaos
@@ -44,6 +47,7 @@ DELIVERY_OVERHEAD = 64       # modelled per-delivery header bytes (frame + prope
 REMOTE_NODES = ("x0",)       # nodes with consumers but no replica: the leader delivers to them
 EXTRA_CLIENTS = 1            # a second proposal stream on top of the Raft simulator's one
 MAX_PENDING = 16             # the workload stops proposing while the leader has this many entries unapplied
+KEY = "TopicSim@GroupSim"    # the one consumption queue of the simulation
 CONSUMERS = tuple(f"c{i}" for i in range(6))
 
 
@@ -157,13 +161,12 @@ class DeliverySim(RaftSim):
                  workload: Workload | None = None,
                  trace: Callable[[RaftSim, str, str], None] | None = None) -> None:
         self.workload = workload or Workload()
-        self.machines: dict[str, DeliveryMachine] = {}
+        self.reps: dict[str, DeliveryReplica] = {}
         self.msnaps: dict[int, bytes] = {}                 # index -> machine snapshot registered there
         self.effects_ref: dict[int, tuple[Effect, ...]] = {}
         self.digest_ref: dict[int, str] = {}
         self.exec_count: dict[int, int] = {}               # did -> replicas that sent it when applying
         self.resent: dict[int, int] = {}                   # did -> re-sends (snapshot, restart, new leader)
-        self._led: dict[str, tuple[int, int]] = {}         # node -> (incarnation, term) it last led in
         self.delivery_bytes: dict[str, int] = {}           # node -> bytes sent for deliveries (local rule)
         self.leader_only_bytes: dict[str, int] = {}        # node -> same, had the leader sent them all
         self.repl_bytes: dict[str, int] = {}               # node -> enqueue payload bytes sent in APPENDs
@@ -197,76 +200,75 @@ class DeliverySim(RaftSim):
                   f"orbitmq.testing.delivery_sim --seed {self.seed} --scenario {self.scenario}",)
         return e
 
-    # --- machines across crash / restart / snapshots ---------------------------------------------------
+    # --- replicas across crash / restart / snapshots ---------------------------------------------------
+    def machine(self, node_id: str) -> DeliveryMachine:
+        """The node's machine for the simulated queue (an empty one before its first command; not stored)."""
+        rep = self.reps[node_id]
+        return rep.router.machines.get(KEY) or DeliveryMachine(self.workload.max_deliveries)
+
     def _entry_payload(self, data: bytes) -> int:
         if _is_marker(data):
             return 0
         size = self._sizes.get(data)
         if size is None:
-            cmd = dc.decode(data)
+            cmd = decode_entry(data)[1]
             size = cmd.size if isinstance(cmd, dc.Enqueue) else 0
             self._sizes[data] = size
         return size
 
-    def _replay(self, snap: Snapshot | None) -> DeliveryMachine:
-        m = DeliveryMachine(self.workload.max_deliveries)
+    def _load(self, n: SimNode, snap: Snapshot | None) -> None:
+        """(Re)build the node's replica from a Raft snapshot: restored from the delivery snapshot registered at
+        that index, checked against a replay of the snapshot's commands; then its own checkouts are re-sent."""
+        replayed = DeliveryReplica(n.id, self.nodes, self.workload.max_deliveries)
         if snap is not None:
             for data in decode_sm(snap.data):
                 if not _is_marker(data):
-                    m.apply(dc.decode(data))
-        return m
-
-    def _load_machine(self, n: SimNode, snap: Snapshot | None) -> None:
-        replayed = self._replay(snap)
+                    replayed.apply(data)
+        rep = DeliveryReplica(n.id, self.nodes, self.workload.max_deliveries)
         if snap is not None and snap.index in self.msnaps:
-            restored = DeliveryMachine.restore(self.msnaps[snap.index])
+            sends = rep.restore(self.msnaps[snap.index])
             self.dstats["restores"] += 1
-            if restored.digest() != replayed.digest():
-                raise self.fail(f"{n.id}: machine restored from the snapshot at {snap.index} differs from the "
+            if rep.router.snapshot() != replayed.router.snapshot():
+                raise self.fail(f"{n.id}: state restored from the snapshot at {snap.index} differs from the "
                                 f"replay of the log up to it")
             self.dstats["replays_checked"] += 1
-            self.machines[n.id] = restored
         else:
-            self.machines[n.id] = replayed
+            sends = replayed.restore(replayed.router.snapshot() if snap is not None else None)
+            rep = replayed
+        self.reps[n.id] = rep
+        self._sent(n, [d for _, d in sends], resend=True)
 
     def restart(self, node_id: str) -> None:
         n = self.nodes[node_id]
         if n.raft is None:
-            self._load_machine(n, n.durable.snapshot)
-            self._resend(n, self.machines[n.id], (n.id,))
+            self._load(n, n.durable.snapshot)
         super().restart(node_id)
 
     def crash(self, node_id: str) -> None:
         super().crash(node_id)
-        self.machines.pop(node_id, None)
+        self.reps.pop(node_id, None)
 
-    def _resend(self, n: SimNode, m: DeliveryMachine, nodes: tuple[str, ...]) -> None:
-        for x in m.outstanding(nodes):
-            self.resent[x.did] = self.resent.get(x.did, 0) + 1
+    def _sent(self, n: SimNode, ds: list[Deliver], *, resend: bool) -> None:
+        counts = self.resent if resend else self.exec_count
+        for x in ds:
+            counts[x.did] = counts.get(x.did, 0) + 1
             self.delivery_bytes[n.id] = self.delivery_bytes.get(n.id, 0) + x.size + DELIVERY_OVERHEAD
 
     def _apply(self, n: SimNode, rd: Ready) -> None:
         if rd.snapshot is not None:
-            self._load_machine(n, rd.snapshot)
-            self._resend(n, self.machines[n.id], (n.id,))       # applies skipped: re-send local checkouts
+            self._load(n, rd.snapshot)
         super()._apply(n, rd)
         assert n.raft is not None
-        m = self.machines[n.id]
-        is_leader = n.raft.role == Role.LEADER
-        replicas = tuple(self.nodes)
-        if is_leader and self._led.get(n.id) != (n.incarnation, n.raft.term):
-            self._led[n.id] = (n.incarnation, n.raft.term)      # new leader: re-send for replica-less nodes
-            self._resend(n, m, REMOTE_NODES)
+        rep = self.reps[n.id]
+        self._sent(n, [d for _, d in rep.set_role(n.raft.role == Role.LEADER, n.raft.term)], resend=True)
         for e in rd.committed:
             if _is_marker(e.data):
                 continue
-            cmd = dc.decode(e.data)
-            effects = m.apply(cmd)
+            key, effects, mine = rep.apply(e.data)
+            m = rep.router.machines[key]
             try:
                 m.check_invariants()
-            except AssertionError:
-                raise
-            except Exception as ex:
+            except InvariantError as ex:
                 raise self.fail(f"{n.id} at index {e.index}: machine invariant: {ex}") from ex
             eff = tuple(effects)
             digest = m.digest()
@@ -274,21 +276,18 @@ class DeliverySim(RaftSim):
             if seen is None:
                 self.effects_ref[e.index] = eff
                 self.digest_ref[e.index] = digest
-                self.ledger.feed(e.index, cmd, effects)
+                self.ledger.feed(e.index, decode_entry(e.data)[1], effects)
                 self._traffic_leader_only(effects)
             elif seen != eff or self.digest_ref[e.index] != digest:
                 raise self.fail(f"replicas diverge at index {e.index}: {n.id} computed {list(eff)[:4]} "
                                 f"(state {digest}), another replica {list(seen)[:4]} (state "
                                 f"{self.digest_ref[e.index]})")
-            for x in effects:
-                if isinstance(x, Deliver) and executes_here(x.node, n.id, is_leader, replicas):
-                    self.exec_count[x.did] = self.exec_count.get(x.did, 0) + 1
-                    self.delivery_bytes[n.id] = self.delivery_bytes.get(n.id, 0) + x.size + DELIVERY_OVERHEAD
+            self._sent(n, mine, resend=False)
         if n.sm_applied - n.raft.log.snap_index >= self.opts.compact_every:
             prev = self.msnaps.get(n.sm_applied)
-            snap = m.snapshot()
+            snap = rep.router.snapshot()
             if prev is not None and prev != snap:
-                raise self.fail(f"{n.id}: machine snapshot at {n.sm_applied} differs from another replica's")
+                raise self.fail(f"{n.id}: delivery snapshot at {n.sm_applied} differs from another replica's")
             self.msnaps[n.sm_applied] = snap
 
     def _traffic_leader_only(self, effects: list[Effect]) -> None:
@@ -305,13 +304,13 @@ class DeliverySim(RaftSim):
             c = self._next_command(n)
             if c is None:
                 return None
-            cmd = dc.encode(c)
+            cmd = encode_entry(KEY, c)
         return super()._client_propose(n, cmd)
 
     def _next_command(self, n: SimNode) -> dc.Command | None:
-        m = self.machines.get(n.id)
-        if m is None or self.quiet or n.raft is None or n.raft.last_index - n.sm_applied > MAX_PENDING:
+        if n.id not in self.reps or self.quiet or n.raft is None or n.raft.last_index - n.sm_applied > MAX_PENDING:
             return None                                    # back-pressure: clients wait for applies
+        m = self.machine(n.id)
         r, w = self._wrng, self.workload
         ts = max(0, self.now + self._skew.get(n.id, 0))
         nodes = list(self.nodes) + (list(REMOTE_NODES) if w.remote else [])
@@ -373,7 +372,7 @@ class DeliverySim(RaftSim):
         top = max(n.sm_applied for n in self.alive())
         if not self.run_until(lambda: all(n.sm_applied == top for n in self.alive()), 3000):
             raise self.fail(f"drain: replicas did not all apply up to {top}")
-        digests = {n.id: self.machines[n.id].digest() for n in self.alive()}
+        digests = {n.id: self.machine(n.id).digest() for n in self.alive()}
         if len(set(digests.values())) != 1:
             raise self.fail(f"replicas differ after the drain at index {top}: {digests}")
         self.draining = self.quiet = False
@@ -457,10 +456,10 @@ def traffic(seed: int = 1, messages: int = 200, payload: int = 1000) -> dict[str
     term = ld.raft.term
     followers = [i for i in sim.nodes if i != ld.id]
     for k, f in enumerate(followers):
-        sim._client_propose(ld, dc.encode(dc.Attach(sim.now, f"c{k}", f, 4, 600_000)))
+        sim._client_propose(ld, encode_entry(KEY, dc.Attach(sim.now, f"c{k}", f, 4, 600_000)))
     sim._pump(ld)
     for i in range(messages):
-        sim._client_propose(ld, dc.encode(dc.Enqueue(sim.now, 0, i, payload)))
+        sim._client_propose(ld, encode_entry(KEY, dc.Enqueue(sim.now, 0, i, payload)))
     sim._pump(ld)
     sim.quiet = False
     sim.drain()

@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from orbitmq.delivery import replica
 from orbitmq.delivery.machine import DeliveryMachine
 from orbitmq.testing import delivery_sim
 from orbitmq.testing.raft_sim import SimFailure
@@ -96,6 +97,6 @@ def test_checker_catches_returns_queued_at_the_back(monkeypatch: pytest.MonkeyPa
 
 def test_checker_catches_a_leader_that_also_delivers_for_followers(monkeypatch: pytest.MonkeyPatch) -> None:
     """Broken executor rule: the leader sends every delivery and followers send their local ones too."""
-    monkeypatch.setattr(delivery_sim, "executes_here",
+    monkeypatch.setattr(replica, "executes_here",
                         lambda target, me, leader, replicas: leader or target == me)
     assert "sent by several replicas" in _first_failure("calm", range(1, 20))
