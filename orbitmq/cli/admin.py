@@ -266,6 +266,30 @@ def lease_columns(infos: list[dict[str, str]]) -> tuple[list[str], list[list[Any
     return columns, [[ri.get(c, "-") for c in columns] for ri in infos]
 
 
+RAFT_COLUMNS = ["raftRole", "raftLeader", "term", "commitIndex", "raftLag"]
+
+
+def raft_columns(infos: list[dict[str, str]]) -> tuple[list[str], list[list[Any]]]:
+    """Raft broker groups (DLedger CommitLog mode): each member's Raft role, the leader it knows, term, commit index
+    and its lag in entries behind its group's leader (from the leader's dLegerPeerLag; 0 for the leader, "-" when
+    unknown); ([], []) when no broker is in a Raft group."""
+    if not any("dLegerRole" in ri for ri in infos):
+        return [], []
+    lags: dict[tuple[str, str], str] = {}
+    for ri in infos:
+        if ri.get("dLegerRole") == "LEADER":
+            group = ri.get("dLegerGroup", "")
+            lags[(group, ri.get("dLegerSelfId", ""))] = "0"
+            for item in ri.get("dLegerPeerLag", "").split(";"):
+                peer, _, lag = item.partition(":")
+                if peer:
+                    lags[(group, peer)] = lag
+    rows = [[ri.get("dLegerRole", "-"), ri.get("dLegerLeaderId", "-") or "-", ri.get("dLegerTerm", "-"),
+             ri.get("dLegerCommitIndex", "-"), lags.get((ri.get("dLegerGroup", ""), ri.get("dLegerSelfId", "")), "-")]
+            for ri in infos]
+    return list(RAFT_COLUMNS), rows
+
+
 @click.command("clusterList")
 @common_options
 def cluster_list(namesrv: str, json_mode: bool, timeout_ms: int) -> None:
@@ -288,12 +312,13 @@ def cluster_list(namesrv: str, json_mode: bool, timeout_ms: int) -> None:
 
         rows = cluster_rows(members, infos)
         columns = list(CLUSTER_COLUMNS)
-        for extra_columns, extra in (epoch_columns(members, infos), lease_columns(infos)):
+        for extra_columns, extra in (epoch_columns(members, infos), lease_columns(infos), raft_columns(infos)):
             if extra_columns:
                 rows = [r + e for r, e in zip(rows, extra, strict=True)]
                 columns += extra_columns
         out.table("clusters", columns, rows, numeric=("BID", "inTPS", "outTPS", "putToday", "getToday", "lagBytes",
-                                                      "epoch", "leaseEpoch", "leaseRemainingMs"))
+                                                      "epoch", "leaseEpoch", "leaseRemainingMs", "term",
+                                                      "commitIndex", "raftLag"))
 
     run_admin(namesrv, timeout_ms, action)
 

@@ -208,9 +208,10 @@ def cluster_group(ctx: click.Context, directory: Path | None) -> None:
 
 @cluster_group.command("init")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--mode", type=click.Choice(["classic", "controller", "lease"]), default="classic",
+@click.option("--mode", type=click.Choice(["classic", "controller", "lease", "raft"]), default="classic",
               show_default=True, help="classic: master + slave groups; controller: 3 RIP-44 controllers and "
-              "controller-mode brokers; lease: one two-node group elected by a lease in PostgreSQL")
+              "controller-mode brokers; lease: one two-node group elected by a lease in PostgreSQL; raft: one "
+              "Raft group of REPLICAS brokers (DLedger CommitLog mode)")
 @click.option("--lease-url", default=None, help="lease mode: leaseStoreUrl (default: a local PostgreSQL database, "
               "set up by the lease-db.sql written into DIR)")
 @click.option("--namesrv-port", default=9876, show_default=True, help="first name server port (classic: 2 of them)")
@@ -222,7 +223,7 @@ def cluster_group(ctx: click.Context, directory: Path | None) -> None:
 @click.option("--acting-master/--no-acting-master", default=True, show_default=True,
               help="classic mode: RIP-32 slave acting master (enableSlaveActingMaster, supportActingMaster)")
 @click.option("--groups", default=2, show_default=True, help="broker groups (broker-a, broker-b, ...)")
-@click.option("--replicas", default=3, show_default=True, help="brokers per group (controller mode)")
+@click.option("--replicas", default=3, show_default=True, help="brokers per group (controller and raft modes)")
 @click.option("--commitlog-size", default=256 * 1024 * 1024, show_default=True, help="CommitLog segment bytes")
 def init_command(directory: Path, mode: str, namesrv_port: int, broker_port: int, controller_port: int, ip: str,
                  role: str, acting_master: bool, groups: int, replicas: int, commitlog_size: int,
@@ -235,6 +236,10 @@ def init_command(directory: Path, mode: str, namesrv_port: int, broker_port: int
         from orbitmq.cli.cluster_lease import init_lease_cluster
         paths = init_lease_cluster(directory, _write, namesrv_port=namesrv_port, broker_port=broker_port, ip=ip,
                                    lease_url=lease_url, commitlog_size=commitlog_size)
+    elif mode == "raft":
+        from orbitmq.cli.cluster_raft import init_raft_cluster
+        paths = init_raft_cluster(directory, _write, namesrv_port=namesrv_port, broker_port=broker_port, ip=ip,
+                                  replicas=replicas, commitlog_size=commitlog_size)
     elif mode == "controller":
         paths = init_controller_cluster(directory, namesrv_port=namesrv_port, broker_port=broker_port,
                                         controller_port=controller_port, ip=ip, groups=groups, replicas=replicas,

@@ -11,17 +11,23 @@ enableDLegerCommitLog, real processes on free ports (orbitmq/testing/raft_group.
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from orbitmq.client import Admin
 from orbitmq.client.errors import TopicNotExistError
 from orbitmq.protocol import ResponseCode
 from orbitmq.remoting import RemotingClient
+from orbitmq.testing.controller_cluster import wait_until
 from orbitmq.testing.failover_load import SendLoad, check_acked_readable, probe_send, read_topic_at
+from orbitmq.testing.procs import free_port_block
 from orbitmq.testing.raft_group import RaftGroup
 
 pytestmark = [pytest.mark.integration]
@@ -112,3 +118,40 @@ async def _probe(addr: str, answers: list[int]) -> None:
         await probe_send(client, addr, TOPIC, "to-a-follower", 0, 2000, answers)
     finally:
         await client.close()
+
+
+def test_cluster_init_raft_and_cluster_list_columns(tmp_path: Path) -> None:
+    """`orbitmq cluster init --mode raft DIR` + `orbitmq cluster -d DIR`: a 3-node Raft group and a name server;
+    clusterList shows one leader (brokerId 0) and two followers with the Raft role, leader, term, commit index and
+    per-node lag; SIGTERM stops all 4 members."""
+    d = tmp_path / "c"
+    ns_port, broker_port = free_port_block(1, 1), free_port_block(3, 10)
+    main = [sys.executable, "-m", "orbitmq.cli.main"]
+    res = subprocess.run([*main, "cluster", "init", "--mode", "raft", str(d), "--namesrv-port", str(ns_port),
+                          "--broker-port", str(broker_port), "--commitlog-size", str(16 * 1024 * 1024)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    ns = f"127.0.0.1:{ns_port}"
+    proc = subprocess.Popen([*main, "cluster", "-d", str(d)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        def group_listed() -> list[dict[str, Any]] | None:
+            out = subprocess.run([*main, "clusterList", "-n", ns, "--json"], capture_output=True, timeout=30)
+            rows = orjson.loads(out.stdout) if out.returncode == 0 else None
+            if not isinstance(rows, list) or len(rows) != 3:
+                return None
+            leaders = [r for r in rows if r.get("raftRole") == "LEADER"]
+            ok = (len(leaders) == 1 and leaders[0]["BID"] == 0 and sorted(r["BID"] for r in rows)[1:] != [0, 0]
+                  and all(r.get("raftLag") not in (None, "-") and r.get("term") == leaders[0]["term"]
+                          and r.get("raftLeader") == leaders[0]["raftLeader"] for r in rows))
+            return rows if ok else None
+
+        rows = wait_until("clusterList: one Raft leader as brokerId 0, two followers, lag known", group_listed,
+                          60.0, 0.5)
+        assert {r["raftRole"] for r in rows} == {"LEADER", "FOLLOWER"}, rows
+        assert all(int(r["commitIndex"]) >= 1 for r in rows), rows
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out_b, _ = proc.communicate(timeout=90)
+    text = out_b.decode()
+    assert proc.returncode == 0, text
+    assert text.count("stopped ") == 4, text
