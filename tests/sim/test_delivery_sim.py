@@ -100,3 +100,10 @@ def test_checker_catches_a_leader_that_also_delivers_for_followers(monkeypatch: 
     monkeypatch.setattr(replica, "executes_here",
                         lambda target, me, leader, replicas: leader or target == me)
     assert "sent by several replicas" in _first_failure("calm", range(1, 20))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(7200)
+@pytest.mark.parametrize("scenario", sorted(SWEEP))
+def test_soak(scenario: str) -> None:
+    _report(*delivery_sim.sweep(range(FIRST + 10_000, FIRST + 12_000), scenario))
