@@ -5,7 +5,9 @@ enableDLegerCommitLog, real processes on free ports (orbitmq/testing/raft_group.
   the producer's acknowledgements resume through the route, nothing acknowledged is lost; the killed member restarts
   and catches up (same CommitLog end on every member); every acknowledged message is readable from every member at
   the queue offset it was acknowledged at (followers serve reads);
-- followers refuse sends; the name server routes brokerId 0 to the leader.
+- our SDK's push consumer gets every acknowledged message after the fail-over;
+- followers refuse sends; the name server routes brokerId 0 to the leader;
+- `orbitmq cluster init --mode raft` + `cluster -d`: clusterList shows the Raft columns.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import orjson
 import pytest
 
-from orbitmq.client import Admin
+from orbitmq.client import Admin, ConsumeResult, MessageExt, PushConsumer
 from orbitmq.client.errors import TopicNotExistError
 from orbitmq.protocol import ResponseCode
 from orbitmq.remoting import RemotingClient
@@ -74,6 +76,9 @@ def test_leader_kill9_no_acknowledged_loss_and_catch_up(tmp_path: Path) -> None:
             stored = run(g, read_topic_at(g.addr(i), TOPIC, QUEUES), 60)
             problems = check_acked_readable(load.acked, stored)
             assert not problems, f"member n{i}: " + "\n".join(problems)
+        # our SDK's push consumer, through the route after the fail-over, gets every acknowledged message
+        got = run(g, _consume_all(g.ns_addr, set(load.acked)), 90)
+        assert set(load.acked) <= got
         # a follower refuses writes: the client goes to the leader through the route
         follower = next(i for i in range(g.size) if i != new)
         answers: list[int] = []
@@ -155,3 +160,21 @@ def test_cluster_init_raft_and_cluster_list_columns(tmp_path: Path) -> None:
     text = out_b.decode()
     assert proc.returncode == 0, text
     assert text.count("stopped ") == 4, text
+
+
+async def _consume_all(ns_addr: str, want: set[str]) -> set[str]:
+    got: set[str] = set()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeResult:
+        got.update(m.body.decode() for m in msgs)
+        return ConsumeResult.SUCCESS
+
+    c = PushConsumer("CG_raft", namesrv=ns_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    c.subscribe(TOPIC, "*", listener)
+    await c.start()
+    try:
+        while not want <= got:
+            await asyncio.sleep(0.1)
+    finally:
+        await c.shutdown()
+    return got
