@@ -34,12 +34,8 @@ from orbitmq.protocol import (
     RemotingCommand,
     RequestCode,
     ResponseCode,
-    ext_bool,
-    ext_int,
-    ext_str,
-    normalize_send_header,
 )
-from orbitmq.protocol.ext import SEND_V2_TO_V1
+from orbitmq.protocol.headers import SendMessageRequestHeader
 from orbitmq.remoting.connection import DEFERRED, Deferred
 from orbitmq.store import STORED_STATUSES, MessageInner, PutResult, PutStatus
 from orbitmq.store.schedule import delay_table
@@ -78,10 +74,7 @@ _PUT_CODES: dict[PutStatus, tuple[int, str | None]] = {
 
 _SUCCESS = int(ResponseCode.SUCCESS)
 _SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
-_V2_KEYS = frozenset(SEND_V2_TO_V1)
-# _prepare_one's fields: topic, producer group, queue id, sys flag, born timestamp, flag, properties, reconsume times
-_ONE_V1 = ("topic", "producerGroup", "queueId", "sysFlag", "bornTimestamp", "flag", "properties", "reconsumeTimes")
-_ONE_V2 = tuple({v: k for k, v in SEND_V2_TO_V1.items()}[name] for name in _ONE_V1)
+_decode_header = SendMessageRequestHeader.decode
 _new_command = object.__new__
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body crc, flag, body length
@@ -163,20 +156,12 @@ class SendProcessor:
         refused). A SYNC_FLUSH group-commit wait returns DEFERRED: the flush callback answers through conn.reply
         (no task per send). A put that also waits for a slave (SYNC_MASTER), or any wait with `defer` false,
         becomes a coroutine (the connection runs it as a task)."""
-        raw = req.ext_fields
         try:
-            if raw and "b" in raw and req.code != _SEND_BATCH and raw.keys() <= _V2_KEYS and (
-                    type(m := raw.get("m", "")) is str and m != "1" and m.lower() != "true"):
-                # a plain V2 single send (single-letter keys only): read directly, no renamed copy
-                msgs, queue_id = self._prepare_one(conn, req, raw, True)
+            h = _decode_header(req.ext_fields)  # the header, decoded and range-checked once (V1 or V2 keys)
+            if h.batch or req.code == _SEND_BATCH:  # the C++ client marks batches with batch="1": h.batch too
+                msgs, queue_id = self._prepare_batch(conn, req, h)
             else:
-                ext = normalize_send_header(raw)
-                # The C++ client marks batches with batch="1" (not a Java boolean): accept it too.
-                if (req.code == RequestCode.SEND_BATCH_MESSAGE or ext_bool(ext, "batch", False)
-                        or ext.get("batch") == "1"):
-                    msgs, queue_id = self._prepare_batch(conn, req, ext)
-                else:
-                    msgs, queue_id = self._prepare_one(conn, req, ext)
+                msgs, queue_id = self._prepare_one(conn, req, h)
         except (SendReject, HeaderError) as r:
             code = r.code if isinstance(r, SendReject) else int(ResponseCode.SYSTEM_ERROR)
             resp = req.response(code, str(r))
@@ -221,7 +206,7 @@ class SendProcessor:
         return self._response(req, result, queue_id, msgs[0])
 
     # ----- shared checks (§3.1 steps 1-4) -----
-    def _check_topic(self, conn: Any, ext: dict[str, str], topic: str, batch: bool) -> Any:
+    def _check_topic(self, conn: Any, h: SendMessageRequestHeader, topic: str, batch: bool) -> Any:
         ctx = self.ctx
         cfg = ctx.config
         if cfg.is_slave:
@@ -245,13 +230,10 @@ class SendProcessor:
         if not cfg.broker_permission & _WRITE and tc is not None and tc.order:
             raise SendReject(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] sending message is forbidden")
         if tc is None:
-            ext = normalize_send_header(ext)  # the V2 fast path passes single-letter keys; a no-op for V1 names
-            unit = ext_bool(ext, "unitMode", False)
+            unit = h.unit_mode
             retry = topic.startswith(RETRY_PREFIX)
             sys_flag = (2 if unit else 0) if retry else (1 if unit else 0)
-            default_topic = ext_str(ext, "defaultTopic", "TBW102")
-            default_nums = ext_int(ext, "defaultTopicQueueNums", 4)
-            tc = ctx.topics.create_on_send(topic, default_topic, default_nums, sys_flag)
+            tc = ctx.topics.create_on_send(topic, h.default_topic, h.default_topic_queue_nums, sys_flag)
             if tc is None and retry:
                 tc = ctx.topics.create_system_topic(topic, 1, _RW, sys_flag)
             if tc is None:
@@ -281,37 +263,18 @@ class SendProcessor:
         return queue_id
 
     # ----- single message -----
-    def _prepare_one(self, conn: Any, req: RemotingCommand, ext: dict[str, str],
-                     v2: bool = False) -> tuple[list[MessageInner], int]:
-        """`v2`: `ext` has the single-letter keys of SEND_MESSAGE_V2 (and only those), read without renaming."""
+    def _prepare_one(self, conn: Any, req: RemotingCommand, h: SendMessageRequestHeader
+                     ) -> tuple[list[MessageInner], int]:
         ctx = self.ctx
-        k_topic, k_group, k_queue, k_sys, k_born, k_flag, k_props, k_reconsume = _ONE_V2 if v2 else _ONE_V1
-        try:  # every required field present and decimal (values are str): read inline
-            topic = ext[k_topic]
-            group = ext[k_group]
-            queue_id = int(ext[k_queue])
-            sys_flag = int(ext[k_sys])
-            born_ts = int(ext[k_born])
-            flag = int(ext[k_flag])
-        except (KeyError, TypeError, ValueError):  # the checked reads raise the right HeaderError, in order
-            if v2:  # the errors name the V1 fields
-                ext = normalize_send_header(ext)
-                k_props, k_reconsume = _ONE_V1[6:]
-            topic = ext_str(ext, "topic")
-            group = ext_str(ext, "producerGroup")
-            queue_id = ext_int(ext, "queueId")
-            sys_flag = ext_int(ext, "sysFlag")
-            born_ts = ext_int(ext, "bornTimestamp")
-            flag = ext_int(ext, "flag")
-        self._check_producer_group(group)
-        tc = self._check_topic(conn, ext, topic, batch=False)
-        queue_id = self._pick_queue(conn, tc, queue_id)
-        props = decode_properties(ext.get(k_props))
-        rt = ext.get(k_reconsume)
-        reconsume_times = 0 if rt is None or rt == "0" else ext_int(ext, k_reconsume, 0) or 0
+        topic = h.topic
+        sys_flag = h.sys_flag
+        self._check_producer_group(h.producer_group)
+        tc = self._check_topic(conn, h, topic, batch=False)
+        queue_id = self._pick_queue(conn, tc, h.queue_id)
+        props = decode_properties(h.properties)
+        reconsume_times = h.reconsume_times
         if topic.startswith(RETRY_PREFIX):
-            ext = normalize_send_header(ext)  # no-op for V1 names
-            topic, queue_id = self._retry_or_dlq(req, ext, topic, queue_id, reconsume_times, props)
+            topic, queue_id = self._retry_or_dlq(req, h, topic, queue_id, reconsume_times, props)
             if topic.startswith(DLQ_PREFIX):
                 tc = ctx.topics.get(topic) or tc
         if tc.topic_filter_type == "MULTI_TAG":
@@ -327,11 +290,11 @@ class SendProcessor:
         delay = props.get(Prop.DELAY)
         if delay is not None and transaction_type(sys_flag) in (0, SysFlag.TRANSACTION_COMMIT):
             topic, queue_id = self._schedule(topic, queue_id, delay, props)
-        msg = MessageInner(topic, queue_id, req.body or b"", props, flag, sys_flag, born_ts,
+        msg = MessageInner(topic, queue_id, req.body or b"", props, h.flag, sys_flag, h.born_timestamp,
                            getattr(conn, "remote_addr", "127.0.0.1:0"), ctx.store_host, reconsume_times, 0)
         return [msg], resp_queue_id
 
-    def _retry_or_dlq(self, req: RemotingCommand, ext: dict[str, str], topic: str, queue_id: int,
+    def _retry_or_dlq(self, req: RemotingCommand, h: SendMessageRequestHeader, topic: str, queue_id: int,
                       reconsume_times: int, props: dict[str, str]) -> tuple[str, int]:
         """§3.1 step 5: a %RETRY% send past its max reconsume times goes to %DLQ%<group> queue 0."""
         ctx = self.ctx
@@ -341,9 +304,8 @@ class SendProcessor:
             raise SendReject(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
         max_times = sgc.retry_max_times
         if req.version >= VERSION_V3_4_9:
-            header_max = ext_int(ext, "maxReconsumeTimes", None)
-            if header_max is not None:
-                max_times = header_max
+            if h.max_reconsume_times is not None:
+                max_times = h.max_reconsume_times
         if reconsume_times < max_times:
             return topic, queue_id
         dlq = DLQ_PREFIX + group
@@ -368,21 +330,20 @@ class SendProcessor:
         return SCHEDULE_TOPIC, level - 1
 
     # ----- batch -----
-    def _prepare_batch(self, conn: Any, req: RemotingCommand, ext: dict[str, str]) -> tuple[list[MessageInner], int]:
+    def _prepare_batch(self, conn: Any, req: RemotingCommand, h: SendMessageRequestHeader
+                       ) -> tuple[list[MessageInner], int]:
         ctx = self.ctx
-        topic = ext_str(ext, "topic")
-        group = ext_str(ext, "producerGroup")
-        queue_id = ext_int(ext, "queueId")
-        sys_flag = ext_int(ext, "sysFlag")
-        born_ts = ext_int(ext, "bornTimestamp")
-        ext_int(ext, "flag")
+        topic = h.topic
+        group = h.producer_group
+        sys_flag = h.sys_flag
+        born_ts = h.born_timestamp
         if len(topic) > 127:
             raise SendReject(ResponseCode.MESSAGE_ILLEGAL, f"message topic length too long {len(topic)}")
         if topic.startswith(RETRY_PREFIX):
             raise SendReject(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {topic}")
         self._check_producer_group(group)
-        tc = self._check_topic(conn, ext, topic, batch=True)
-        queue_id = self._pick_queue(conn, tc, queue_id)
+        tc = self._check_topic(conn, h, topic, batch=True)
+        queue_id = self._pick_queue(conn, tc, h.queue_id)
         if tc.topic_filter_type == "MULTI_TAG":
             sys_flag |= SysFlag.MULTI_TAGS
         if transaction_type(sys_flag) != 0:
@@ -393,7 +354,7 @@ class SendProcessor:
             raise SendReject(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}") from None
         if not records:
             raise SendReject(ResponseCode.MESSAGE_ILLEGAL, "empty batch body")
-        batch_props = decode_properties(ext.get("properties"))
+        batch_props = decode_properties(h.properties)
         batch_props[Prop.CLUSTER] = ctx.config.broker_cluster_name
         born_host = getattr(conn, "remote_addr", "127.0.0.1:0")
         store_host = ctx.store_host

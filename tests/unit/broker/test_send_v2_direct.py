@@ -10,7 +10,7 @@ import pytest
 
 from orbitmq.broker.handlers.send import SendProcessor
 from orbitmq.model.properties import encode_properties
-from orbitmq.protocol import RemotingCommand, RequestCode, to_send_v2
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, to_send_v2
 from tests.unit.broker.test_send_fast_path import FakeConn, make_ctx
 
 
@@ -54,6 +54,8 @@ CASES: dict[str, dict[str, str | None]] = {
     "batch flag 1": {"batch": "1", "topic": "T1"},
     "batch flag TRUE": {"batch": "TRUE"},
     "bname (5.x clients)": {"bname": "broker-a"},
+    "flag beyond int32": {"flag": str(2**31)},
+    "bornTimestamp beyond int64": {"bornTimestamp": str(2**63)},
 }
 
 
@@ -112,3 +114,12 @@ def test_v2_header_with_non_string_values_in_process(tmp_path):
     want = _run(tmp_path, "v1", RequestCode.SEND_MESSAGE, ext)
     got = _run(tmp_path, "v2", RequestCode.SEND_MESSAGE_V2, to_send_v2(ext))
     assert got == want and got[1][0].queue_id == 2
+
+
+@pytest.mark.parametrize("key,value", [("flag", str(2**31)), ("queueId", str(-2**31 - 1)),
+                                       ("bornTimestamp", str(2**63))])
+def test_header_out_of_java_range_is_answered_with_a_remark(tmp_path, key, value):
+    """Range checks at header decode: SYSTEM_ERROR naming the field, nothing handed to the store."""
+    (code, remark, _fields, _flag), msgs = _run(tmp_path, "v2", RequestCode.SEND_MESSAGE_V2,
+                                             to_send_v2(_ext({key: value})))
+    assert code == ResponseCode.SYSTEM_ERROR and f"<{key}> is out of range" in remark and msgs == []

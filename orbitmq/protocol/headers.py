@@ -1,0 +1,206 @@
+"""Typed request headers: a request's extFields decoded once, with Java's types and ranges.
+
+RocketMQ decodes each request's custom header into a CommandCustomHeader class (SendMessageRequestHeader,
+PullMessageRequestHeader, ...) before the processor runs. These classes do the same: `decode(ext_fields)` reads
+every field once, converts it (decimal int/long, Java boolean) and checks it against its Java range, so the
+handler reads attributes instead of re-reading the string dictionary, and nothing out of an int32/int64 reaches the
+store or a reply.
+
+Errors are HeaderError (the broker answers SYSTEM_ERROR with the text as remark, as a Java broker whose header
+decoding throws): a required field missing or not a number, or any int field outside its Java type's range.
+Optional fields that do not parse keep their default (the rule of ext.ext_int).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from orbitmq.protocol.ext import REQUIRED, SEND_V2_TO_V1, HeaderError, normalize_send_header
+
+INT_MIN: Final = -(2**31)
+INT_MAX: Final = 2**31 - 1
+LONG_MIN: Final = -(2**63)
+LONG_MAX: Final = 2**63 - 1
+
+_V2_KEYS: Final = frozenset(SEND_V2_TO_V1)
+
+
+def _is_true(v: Any) -> bool:
+    """Java Boolean.parseBoolean (bools built in-process pass through)."""
+    if type(v) is bool:
+        return v
+    return v is not None and str(v).lower() == "true"
+
+
+def read_int(ext: dict[str, Any] | None, key: str, lo: int, hi: int, default: Any = REQUIRED,
+             name: str | None = None) -> Any:
+    """One decimal int field in [lo, hi]. `name`: the field's name in error texts (the V1 name for a V2 key)."""
+    v = ext.get(key) if ext else None
+    label = name or key
+    if v is None:
+        if default is REQUIRED:
+            raise HeaderError(f"the custom field <{label}> is null")
+        return default
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        if default is REQUIRED:
+            raise HeaderError(f"the custom field <{label}> is not a number: {v!r}") from None
+        return default
+    if n < lo or n > hi:
+        raise HeaderError(f"the custom field <{label}> is out of range [{lo}, {hi}]: {n}")
+    return n
+
+
+def read_str(ext: dict[str, Any] | None, key: str, default: Any = REQUIRED, name: str | None = None) -> Any:
+    v = ext.get(key) if ext else None
+    if v is None:
+        if default is REQUIRED:
+            raise HeaderError(f"the custom field <{name or key}> is null")
+        return default
+    return v
+
+
+class SendMessageRequestHeader:
+    """SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE / SEND_REPLY_MESSAGE(_V2) header, V1 or V2 keys.
+
+    Required (checked in this order, as before): topic, producerGroup, queueId, sysFlag, bornTimestamp, flag.
+    Optional: defaultTopic (TBW102), defaultTopicQueueNums (4), properties, reconsumeTimes (0), unitMode,
+    maxReconsumeTimes (None = not sent), batch ("true" in any case, or the C++ client's "1"), bname.
+    """
+
+    __slots__ = ("topic", "producer_group", "queue_id", "sys_flag", "born_timestamp", "flag", "properties",
+                 "reconsume_times", "default_topic", "default_topic_queue_nums", "unit_mode",
+                 "max_reconsume_times", "batch", "bname")
+
+    def __init__(self, topic: str, producer_group: str, queue_id: int, sys_flag: int, born_timestamp: int,
+                 flag: int, properties: str | None = None, reconsume_times: int = 0, default_topic: str = "TBW102",
+                 default_topic_queue_nums: int = 4, unit_mode: bool = False, max_reconsume_times: int | None = None,
+                 batch: bool = False, bname: str | None = None) -> None:
+        self.topic = topic
+        self.producer_group = producer_group
+        self.queue_id = queue_id
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.flag = flag
+        self.properties = properties
+        self.reconsume_times = reconsume_times
+        self.default_topic = default_topic
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.unit_mode = unit_mode
+        self.max_reconsume_times = max_reconsume_times
+        self.batch = batch
+        self.bname = bname
+
+    @classmethod
+    def decode(cls, ext: dict[str, Any] | None) -> SendMessageRequestHeader:
+        """extFields (V1 long names, V2 single letters, or a mix: renamed as normalize_send_header does) -> header.
+        Raises HeaderError."""
+        if ext and "b" in ext and ext.keys() <= _V2_KEYS:  # a pure V2 header: read the letters, no renamed copy
+            k = _V2_NAMES
+        else:
+            ext = normalize_send_header(ext)
+            k = _V1_NAMES
+        get = ext.get
+        try:  # the common header: every required field present and in range
+            topic = ext[k[0]]
+            group = ext[k[1]]
+            queue_id = int(ext[k[2]])
+            sys_flag = int(ext[k[3]])
+            born_ts = int(ext[k[4]])
+            flag = int(ext[k[5]])
+            if not (INT_MIN <= queue_id <= INT_MAX and INT_MIN <= sys_flag <= INT_MAX
+                    and LONG_MIN <= born_ts <= LONG_MAX and INT_MIN <= flag <= INT_MAX):
+                raise ValueError
+        except (KeyError, TypeError, ValueError):  # the checked reads raise the right error, in order
+            topic = read_str(ext, k[0], name="topic")
+            group = read_str(ext, k[1], name="producerGroup")
+            queue_id = read_int(ext, k[2], INT_MIN, INT_MAX, name="queueId")
+            sys_flag = read_int(ext, k[3], INT_MIN, INT_MAX, name="sysFlag")
+            born_ts = read_int(ext, k[4], LONG_MIN, LONG_MAX, name="bornTimestamp")
+            flag = read_int(ext, k[5], INT_MIN, INT_MAX, name="flag")
+        rt = get(k[7])
+        reconsume = 0 if rt is None or rt == "0" else read_int(ext, k[7], INT_MIN, INT_MAX, 0, "reconsumeTimes") or 0
+        dq = get(k[9])
+        dq_nums = 4 if dq is None or dq == "4" else read_int(ext, k[9], INT_MIN, INT_MAX, 4, "defaultTopicQueueNums")
+        mr = get(k[11])
+        max_rt = None if mr is None else read_int(ext, k[11], INT_MIN, INT_MAX, None, "maxReconsumeTimes")
+        b = get(k[12])
+        batch = b is not None and b != "false" and (b == "1" or _is_true(b))
+        u = get(k[10])
+        dt = get(k[8])
+        return cls(topic, group, queue_id, sys_flag, born_ts, flag, get(k[6]), reconsume,
+                   "TBW102" if dt is None else dt, dq_nums, u is not None and u != "false" and _is_true(u), max_rt,
+                   batch, get(k[13]))
+
+
+_V1_NAMES: Final = ("topic", "producerGroup", "queueId", "sysFlag", "bornTimestamp", "flag", "properties",
+                    "reconsumeTimes", "defaultTopic", "defaultTopicQueueNums", "unitMode", "maxReconsumeTimes",
+                    "batch", "bname")
+_V2_NAMES: Final = tuple({v: k for k, v in SEND_V2_TO_V1.items()}[n] for n in _V1_NAMES)
+
+
+class PullMessageRequestHeader:
+    """PULL_MESSAGE (11) header."""
+
+    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "sys_flag",
+                 "commit_offset", "suspend_timeout_millis", "subscription", "sub_version", "expression_type")
+
+    def __init__(self, consumer_group: str, topic: str, queue_id: int, queue_offset: int, max_msg_nums: int,
+                 sys_flag: int, commit_offset: int, suspend_timeout_millis: int, subscription: str | None = None,
+                 sub_version: int = 0, expression_type: str | None = None) -> None:
+        self.consumer_group = consumer_group
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.max_msg_nums = max_msg_nums
+        self.sys_flag = sys_flag
+        self.commit_offset = commit_offset
+        self.suspend_timeout_millis = suspend_timeout_millis
+        self.subscription = subscription
+        self.sub_version = sub_version
+        self.expression_type = expression_type
+
+    @classmethod
+    def decode(cls, ext: dict[str, Any] | None) -> PullMessageRequestHeader:
+        return cls(read_str(ext, "consumerGroup"), read_str(ext, "topic"),
+                   read_int(ext, "queueId", INT_MIN, INT_MAX), read_int(ext, "queueOffset", LONG_MIN, LONG_MAX),
+                   read_int(ext, "maxMsgNums", INT_MIN, INT_MAX), read_int(ext, "sysFlag", INT_MIN, INT_MAX),
+                   read_int(ext, "commitOffset", LONG_MIN, LONG_MAX),
+                   read_int(ext, "suspendTimeoutMillis", LONG_MIN, LONG_MAX), read_str(ext, "subscription", None),
+                   read_int(ext, "subVersion", LONG_MIN, LONG_MAX, 0), read_str(ext, "expressionType", None))
+
+
+class QueryConsumerOffsetRequestHeader:
+    """QUERY_CONSUMER_OFFSET (14) header; setZeroIfNotFound is true unless it says "false"."""
+
+    __slots__ = ("consumer_group", "topic", "queue_id", "set_zero_if_not_found")
+
+    def __init__(self, consumer_group: str, topic: str, queue_id: int, set_zero_if_not_found: bool = True) -> None:
+        self.consumer_group = consumer_group
+        self.topic = topic
+        self.queue_id = queue_id
+        self.set_zero_if_not_found = set_zero_if_not_found
+
+    @classmethod
+    def decode(cls, ext: dict[str, Any] | None) -> QueryConsumerOffsetRequestHeader:
+        zero = read_str(ext, "setZeroIfNotFound", None)
+        return cls(read_str(ext, "consumerGroup"), read_str(ext, "topic"), read_int(ext, "queueId", INT_MIN, INT_MAX),
+                   zero is None or str(zero).lower() != "false")
+
+
+class UpdateConsumerOffsetRequestHeader:
+    """UPDATE_CONSUMER_OFFSET (15) header."""
+
+    __slots__ = ("consumer_group", "topic", "queue_id", "commit_offset")
+
+    def __init__(self, consumer_group: str, topic: str, queue_id: int, commit_offset: int) -> None:
+        self.consumer_group = consumer_group
+        self.topic = topic
+        self.queue_id = queue_id
+        self.commit_offset = commit_offset
+
+    @classmethod
+    def decode(cls, ext: dict[str, Any] | None) -> UpdateConsumerOffsetRequestHeader:
+        return cls(read_str(ext, "consumerGroup"), read_str(ext, "topic"), read_int(ext, "queueId", INT_MIN, INT_MAX),
+                   read_int(ext, "commitOffset", LONG_MIN, LONG_MAX))
