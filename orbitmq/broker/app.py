@@ -31,6 +31,7 @@ from orbitmq.broker.handlers import heartbeat as heartbeat_handlers
 from orbitmq.broker.handlers import pull as pull_handlers
 from orbitmq.broker.handlers import send as send_handlers
 from orbitmq.broker.handlers.guard import guarded
+from orbitmq.broker.long_poll import HoldLimits
 from orbitmq.broker.metadata.groups import SubscriptionGroupManager
 from orbitmq.broker.metadata.offsets import ConsumerOffsetManager
 from orbitmq.broker.metadata.topics import TopicConfigManager
@@ -41,6 +42,7 @@ from orbitmq.broker.services import BrokerService, ServiceEnv, create_services
 from orbitmq.broker.stats import BrokerStats
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.remoting import RemotingClient, RemotingServer
+from orbitmq.remoting.limits import ServerLimits
 from orbitmq.store import MessageStore, StoreConfig, StoreInUseError
 
 log = logging.getLogger("orbitmq.broker")
@@ -154,6 +156,10 @@ class Broker:
         self.pull = pull_handlers.build(ctx)
         assert self.pull.long_poll is not None
         store.add_dispatch_listener(self.pull.long_poll.on_dispatch)
+        self.pull.long_poll.set_limits(lambda: HoldLimits(ctx.config.long_polling_max_hold_ms,
+                                                          ctx.config.long_polling_max_held_per_connection,
+                                                          ctx.config.long_polling_max_held),
+                                       ctx.stats.limit_hit)
         table: dict[int, Any] = {}
         table.update(send_handlers.handlers(ctx))
         table.update(pull_handlers.handlers(ctx, self.pull))
@@ -209,6 +215,11 @@ class Broker:
         if self.ctx is not None:
             self.ctx.clients.on_connection_closed(conn)
 
+    def _limit_hit(self, name: str) -> None:
+        """A network bound was hit (remoting/limits.py): orbitmq_limits_hit_total{limit=name}."""
+        if self.ctx is not None:
+            self.ctx.stats.limit_hit(name)
+
     async def start(self) -> None:
         """Load the store, bind both ports, build handlers, start background work, register. ConfigError on
         an unusable port, store path or locked store (one line)."""
@@ -228,11 +239,15 @@ class Broker:
             self.metrics = BrokerMetrics(cfg.metrics_prom_exporter_host or cfg.broker_ip1, cfg.metrics_prom_exporter_port)
             handlers = [self.metrics.wrap(r) for r in self._routers]  # RPC latency per request/response code
         try:
+            limits = ServerLimits(cfg.server_max_connections, cfg.server_max_connections_per_ip,
+                                  cfg.server_frame_deadline_ms, cfg.server_input_buffer_budget)
             self.server = RemotingServer(handlers[0], cfg.bind_address, cfg.listen_port, name="broker",
-                                         on_close=self._on_connection_closed)
+                                         on_close=self._on_connection_closed, limits=limits,
+                                         on_limit=self._limit_hit)
             await self.server.start()
             self.vip_server = RemotingServer(handlers[1], cfg.bind_address, cfg.vip_listen_port, name="broker-vip",
-                                             on_close=self._on_connection_closed)
+                                             on_close=self._on_connection_closed, limits=limits,
+                                             on_limit=self._limit_hit)
             await self.vip_server.start()
             if self.server.port != cfg.listen_port:  # port 0 (tests): the real port is known only now
                 self.config = cfg = dataclasses.replace(cfg, listen_port=self.server.port)

@@ -100,6 +100,14 @@ class BrokerConfig:
     rocketmq_home: str = _opt("")  # "" -> $ROCKETMQ_HOME (only used to find plain_acl.yml)
     bind_address: str = _opt("0.0.0.0")  # the interface the main, VIP and HA ports listen on (brokerIP1 is advertised)
     cluster_secret: str = _opt("")  # sign requests to name servers/brokers, prove it to the HA port ("" = off)
+    # network limits (remoting/limits.py; docs/design/security.md "Limits"); 0 = off
+    server_max_connections: int = _opt(10_000)  # main and VIP port each
+    server_max_connections_per_ip: int = _opt(1_000)
+    server_frame_deadline_ms: int = _opt(30_000)  # a frame begun must be complete within this
+    server_input_buffer_budget: int = _opt(256 * 1024 * 1024)  # bytes in unfinished frames, all connections
+    long_polling_max_hold_ms: int = _opt(60_000, hot=True)  # cap on a pull's suspendTimeoutMillis
+    long_polling_max_held_per_connection: int = _opt(1_000, hot=True)  # over it: SYSTEM_BUSY at once
+    long_polling_max_held: int = _opt(100_000, hot=True)
     # transactions (used by the transaction service when it lands)
     transaction_timeout: int = _opt(6000, hot=True)
     transaction_check_max: int = _opt(15, hot=True)

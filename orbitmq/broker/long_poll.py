@@ -3,6 +3,10 @@
 Held requests live in a dict keyed (topic, queue_id) → list, so a dispatched message only touches the
 requests of its own queue. Wake-ups are batched into one loop callback; the answer is produced by re-running
 the pull without suspend permission (the `rerun` callable from handlers/pull.py). Must not import remoting.
+
+Bounds (HoldLimits, from broker.conf): a hold never lasts longer than `max_hold_ms` whatever suspendTimeoutMillis
+the client asks; a connection holding `max_per_connection` pulls, or a broker holding `max_total`, gets SYSTEM_BUSY
+at once for the next one (RocketMQ clients retry such a pull after a pause, PULL_NOT_FOUND would make them spin).
 """
 
 from __future__ import annotations
@@ -11,14 +15,28 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from orbitmq.base.clock import monotonic_ms
+from orbitmq.protocol import ResponseCode
 
 log = logging.getLogger("orbitmq.broker.long_poll")
 
 # rerun(conn, request) -> response (or None if the connection is gone); never suspends again
 Rerun = Callable[[Any, Any], Any]
+
+
+class HoldLimits(NamedTuple):
+    """0 (or less) switches a bound off."""
+
+    max_hold_ms: int = 60_000
+    max_per_connection: int = 1_000
+    max_total: int = 100_000
+
+
+LIMIT_HOLD_PER_CONNECTION = "longPollingMaxHeldPerConnection"
+LIMIT_HOLD_TOTAL = "longPollingMaxHeld"
+LIMIT_HOLD_TIME = "longPollingMaxHoldMs"
 
 
 class HeldPull:
@@ -55,6 +73,31 @@ class LongPollService:
         self.timeout_count = 0
         self._wake_fut: asyncio.Future[bool] | None = None  # resolved by hold() to wake the checker earlier
         self._next_check_ms: int | None = None
+        self._limits: Callable[[], HoldLimits] = HoldLimits
+        self._on_limit: Callable[[str], None] | None = None
+        self._per_conn: dict[Any, int] = {}  # connection -> pulls held (or ready to answer) for it
+        self._count = 0
+        self.refused_count = 0
+
+    def set_limits(self, limits: Callable[[], HoldLimits], on_limit: Callable[[str], None] | None = None) -> None:
+        """`limits` is read on every hold (hot-reloadable config); `on_limit` counts each bound hit."""
+        self._limits = limits
+        self._on_limit = on_limit
+
+    def held_by(self, conn: Any) -> int:
+        return self._per_conn.get(conn, 0)
+
+    def _limit_hit(self, name: str) -> None:
+        if self._on_limit is not None:
+            self._on_limit(name)
+
+    def _release(self, conn: Any) -> None:
+        n = self._per_conn.get(conn, 0) - 1
+        if n > 0:
+            self._per_conn[conn] = n
+        else:
+            self._per_conn.pop(conn, None)
+        self._count -= 1
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Remember the event loop that owns the table (dispatch listeners may call from another thread)."""
@@ -64,9 +107,29 @@ class LongPollService:
     def __len__(self) -> int:
         return sum(len(v) for v in self._held.values())
 
+    @property
+    def held_count(self) -> int:
+        """Pulls parked or about to be answered (what the caps count)."""
+        return self._count
+
     # ----- parking -----
     def hold(self, conn: Any, request: Any, topic: str, queue_id: int, queue_offset: int, hold_ms: int,
              codes: frozenset[int] | None) -> None:
+        lim = self._limits()
+        if 0 < lim.max_per_connection <= self._per_conn.get(conn, 0):
+            self._refuse(conn, request, LIMIT_HOLD_PER_CONNECTION,
+                         f"too many held pulls on this connection (longPollingMaxHeldPerConnection="
+                         f"{lim.max_per_connection}), try again later")
+            return
+        if 0 < lim.max_total <= self._count:
+            self._refuse(conn, request, LIMIT_HOLD_TOTAL,
+                         f"too many held pulls on this broker (longPollingMaxHeld={lim.max_total}), try again later")
+            return
+        if 0 < lim.max_hold_ms < hold_ms:
+            hold_ms = lim.max_hold_ms
+            self._limit_hit(LIMIT_HOLD_TIME)
+        self._per_conn[conn] = self._per_conn.get(conn, 0) + 1
+        self._count += 1
         deadline = self._clock() + hold_ms
         req = HeldPull(conn, request, topic, queue_id, queue_offset, deadline, codes)
         fut = self._wake_fut
@@ -81,6 +144,14 @@ class LongPollService:
         # a message may have become visible between the store read and now (store dispatching in a thread)
         if self._max_offset(topic, queue_id) > queue_offset:
             self._wake_key(key, queue_offset + 1, None)
+
+    def _refuse(self, conn: Any, request: Any, limit: str, remark: str) -> None:
+        self.refused_count += 1
+        self._limit_hit(limit)
+        try:
+            conn.send(request.response(ResponseCode.SYSTEM_BUSY, remark))
+        except Exception:
+            log.debug("could not refuse a pull on %s", getattr(conn, "remote_addr", "?"), exc_info=True)
 
     # ----- wake-ups -----
     def on_dispatch(self, req: Any) -> None:
@@ -128,6 +199,7 @@ class LongPollService:
 
     def _answer(self, h: HeldPull) -> None:
         conn = h.conn
+        self._release(conn)
         if getattr(conn, "closed", False):
             return
         try:
@@ -157,6 +229,7 @@ class LongPollService:
             due: list[HeldPull] = []
             for h in lst:
                 if getattr(h.conn, "closed", False):
+                    self._release(h.conn)
                     continue
                 if max_offset > h.queue_offset or now >= h.deadline_ms:
                     due.append(h)

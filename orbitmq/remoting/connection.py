@@ -3,7 +3,9 @@
 An asyncio.Protocol (no streams): frames are decoded in data_received, responses resolve futures in a
 per-connection opaque -> Future table, requests go to the handler. Malformed input closes this connection
 only. Outgoing frames are coalesced: send() queues, one transport.write per event-loop iteration (or per
-data_received) carries them all. Reading pauses while the transport's write buffer is above its high-water mark.
+data_received) carries them all. Reading pauses while the transport's write buffer is above its high-water mark,
+and while a shared InputBudget (remoting/limits.py) says unfinished frames hold too many bytes. A frame begun must
+be complete within `frame_deadline_ms` (a peer trickling bytes is closed).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from orbitmq.base.errors import ProtocolError, RemotingConnectError, RemotingTimeoutError
 from orbitmq.protocol import FLAG_ONEWAY, FrameDecoder, RemotingCommand, ResponseCode, encode_frame
 from orbitmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE
+from orbitmq.remoting.limits import LIMIT_FRAME_DEADLINE, InputBudget
 
 log = logging.getLogger("orbitmq.remoting")
 
@@ -65,8 +68,11 @@ class Connection(asyncio.Protocol):
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         high_water: int = DEFAULT_HIGH_WATER,
         low_water: int = DEFAULT_LOW_WATER,
-        on_open: Callable[[Connection], None] | None = None,
+        on_open: Callable[[Connection], bool | None] | None = None,
         on_close: Callable[[Connection], None] | None = None,
+        frame_deadline_ms: int = 0,
+        input_budget: InputBudget | None = None,
+        on_limit: Callable[[str], None] | None = None,
     ) -> None:
         self._handler = handler
         self.name = name
@@ -86,8 +92,13 @@ class Connection(asyncio.Protocol):
         self._last_activity = 0.0
         self._idle_handle: asyncio.TimerHandle | None = None
         self._closed_fut: asyncio.Future[None] = self._loop.create_future()
+        self._frame_deadline_s = frame_deadline_ms / 1000.0 if frame_deadline_ms > 0 else 0.0
+        self._frame_handle: asyncio.TimerHandle | None = None  # runs while an unfinished frame is buffered
+        self._budget = input_budget
+        self._on_limit = on_limit
+        self._budget_paused = False
         self.closed = True  # until connection_made
-        self.reading_paused = False
+        self.reading_paused = False  # write back-pressure (pause_writing); the budget pause is separate
         self.remote_addr = ""
         self.local_addr = ""
         self.attrs: dict[str, Any] = {}
@@ -103,8 +114,8 @@ class Connection(asyncio.Protocol):
         self._last_activity = self._loop.time()
         if self._idle_timeout_s and self._idle_timeout_s > 0:
             self._idle_handle = self._loop.call_later(self._idle_timeout_s, self._check_idle)
-        if self._on_open is not None:
-            self._on_open(self)
+        if self._on_open is not None and self._on_open(self) is False:
+            self.abort()  # refused (e.g. a connection cap): closed at once, nothing read
 
     def data_received(self, data: bytes) -> None:
         self._last_activity = self._loop.time()
@@ -128,9 +139,68 @@ class Connection(asyncio.Protocol):
                 self._flush_writes(False)  # activity already stamped above
             else:
                 self._flush_scheduled = False
+        if error is None and not self.closed:
+            self._track_unfinished(self._decoder.buffered, bool(cmds))
         if error is not None:
             log.warning("%s: malformed frame from %s, closing: %s", self.name, self.remote_addr, error)
             self.close()
+
+    def _track_unfinished(self, held: int, frame_done: bool) -> None:
+        """After a read: (re)arm the frame deadline when a new frame has begun, disarm it when none is open;
+        report the unfinished bytes to the shared budget."""
+        if self._frame_deadline_s:
+            handle = self._frame_handle
+            if not held:
+                if handle is not None:
+                    handle.cancel()
+                    self._frame_handle = None
+            elif handle is None or frame_done:
+                if handle is not None:
+                    handle.cancel()
+                self._frame_handle = self._loop.call_later(self._frame_deadline_s, self._frame_overdue)
+        if self._budget is not None:
+            self._budget.update(self, held)
+
+    def _frame_overdue(self) -> None:
+        self._frame_handle = None
+        if self.closed:
+            return
+        log.warning("%s: closing %s: a frame begun %.0f ms ago is still incomplete (%d bytes)", self.name,
+                    self.remote_addr, self._frame_deadline_s * 1000, self._decoder.buffered)
+        if self._on_limit is not None:
+            self._on_limit(LIMIT_FRAME_DEADLINE)
+        self.abort()
+
+    def pause_input(self) -> None:
+        """InputBudget: stop reading (the write back-pressure pause is tracked apart)."""
+        if not self._budget_paused:
+            self._budget_paused = True
+            if not self.reading_paused:
+                self._pause_transport()
+
+    def resume_input(self) -> None:
+        if self._budget_paused:
+            self._budget_paused = False
+            if not self.reading_paused:
+                self._resume_transport()
+
+    def _pause_transport(self) -> None:
+        if self._transport is not None and not self.closed:
+            try:
+                self._transport.pause_reading()
+            except RuntimeError:
+                pass
+
+    def _resume_transport(self) -> None:
+        if self._transport is not None and not self.closed:
+            try:
+                self._transport.resume_reading()
+            except RuntimeError:
+                pass
+
+    @property
+    def input_paused(self) -> bool:
+        return self._budget_paused
 
     def eof_received(self) -> bool | None:
         return None  # close the transport
@@ -139,18 +209,14 @@ class Connection(asyncio.Protocol):
         # back-pressure: stop reading new requests from a peer that does not drain its responses
         if self._transport is not None and not self.reading_paused:
             self.reading_paused = True
-            try:
-                self._transport.pause_reading()
-            except RuntimeError:
-                pass
+            if not self._budget_paused:
+                self._pause_transport()
 
     def resume_writing(self) -> None:
         if self._transport is not None and self.reading_paused:
             self.reading_paused = False
-            try:
-                self._transport.resume_reading()
-            except RuntimeError:
-                pass
+            if not self._budget_paused:
+                self._resume_transport()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -159,6 +225,11 @@ class Connection(asyncio.Protocol):
         if self._idle_handle is not None:
             self._idle_handle.cancel()
             self._idle_handle = None
+        if self._frame_handle is not None:
+            self._frame_handle.cancel()
+            self._frame_handle = None
+        if self._budget is not None:
+            self._budget.update(self, 0)
         pending, self._pending = self._pending, {}
         for fut in pending.values():
             if not fut.done():

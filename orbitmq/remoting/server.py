@@ -1,6 +1,10 @@
 """RemotingServer: listens on host:port, one Connection per accepted socket, all sharing one handler.
 
 Bind failures become a one-line ConfigError; stop() closes every connection and cancels handler tasks.
+ServerLimits (remoting/limits.py) bound connections (in all and per remote IP: one over the cap is closed at once),
+the time to finish a started frame and the bytes buffered in unfinished frames; each hit is counted via `on_limit`.
+Running out of descriptors on accept (EMFILE/ENFILE) is transient: the event loop stops accepting for a moment and
+then accepts again (asyncio and uvloop both do), so nothing here has to restart the listener.
 """
 
 from __future__ import annotations
@@ -20,6 +24,12 @@ from orbitmq.remoting.connection import (
     DEFAULT_LOW_WATER,
     Connection,
     Handler,
+)
+from orbitmq.remoting.limits import (
+    LIMIT_MAX_CONNECTIONS,
+    LIMIT_MAX_CONNECTIONS_PER_IP,
+    InputBudget,
+    ServerLimits,
 )
 
 log = logging.getLogger("orbitmq.remoting")
@@ -51,6 +61,8 @@ class RemotingServer:
         high_water: int = DEFAULT_HIGH_WATER,
         low_water: int = DEFAULT_LOW_WATER,
         backlog: int = 1024,
+        limits: ServerLimits | None = None,
+        on_limit: Callable[[str], None] | None = None,
     ) -> None:
         self._handler = handler
         self.host = host
@@ -64,6 +76,11 @@ class RemotingServer:
         self._backlog = backlog
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
+        self.limits = limits or ServerLimits()
+        self._on_limit = on_limit
+        self._per_ip: dict[str, int] = {}
+        self.refused_count = 0
+        self.input_budget = InputBudget(self.limits.input_buffer_budget, self._limit_hit)
 
     @property
     def connections(self) -> frozenset[Connection]:
@@ -77,12 +94,51 @@ class RemotingServer:
             idle_timeout_s=self._idle_timeout_s,
             high_water=self._high_water,
             low_water=self._low_water,
-            on_open=self._connections.add,
+            on_open=self._admit,
             on_close=self._connection_closed,
+            frame_deadline_ms=self.limits.frame_deadline_ms,
+            input_budget=self.input_budget,
+            on_limit=self._limit_hit,
         )
 
+    def _limit_hit(self, name: str) -> None:
+        if self._on_limit is not None:
+            try:
+                self._on_limit(name)
+            except Exception:
+                log.exception("%s: limit counter failed", self.name)
+
+    def _admit(self, conn: Connection) -> bool:
+        """A new connection counts against the caps, or is refused (the connection then closes itself)."""
+        lim = self.limits
+        ip = conn.remote_addr.rpartition(":")[0] or conn.remote_addr
+        refused = ""
+        if 0 < lim.max_connections <= len(self._connections):
+            refused = LIMIT_MAX_CONNECTIONS
+        elif 0 < lim.max_connections_per_ip <= self._per_ip.get(ip, 0):
+            refused = LIMIT_MAX_CONNECTIONS_PER_IP
+        if refused:
+            self.refused_count += 1
+            self._limit_hit(refused)
+            if self.refused_count & (self.refused_count - 1) == 0:  # 1st, 2nd, 4th, ... refusal: log, no flood
+                log.warning("%s: refused connection from %s: %s reached (%d refused so far)", self.name,
+                            conn.remote_addr, refused, self.refused_count)
+            return False
+        conn.attrs["remote_ip"] = ip
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+        self._connections.add(conn)
+        return True
+
     def _connection_closed(self, conn: Connection) -> None:
+        if conn not in self._connections:
+            return  # refused at open: never counted, never reported
         self._connections.discard(conn)
+        ip = conn.attrs.get("remote_ip", "")
+        left = self._per_ip.get(ip, 0) - 1
+        if left > 0:
+            self._per_ip[ip] = left
+        else:
+            self._per_ip.pop(ip, None)
         if self._on_close is not None:
             self._on_close(conn)
 
