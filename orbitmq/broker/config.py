@@ -171,6 +171,7 @@ class BrokerConfig:
     dleger_group: str = _opt("")  # "" -> brokerName
     dleger_peers: str = _opt("", important=True)  # n0-host:port;n1-host:port;n2-host:port (Raft peer ports)
     dleger_self_id: str = _opt("", important=True)  # this member's id in dLegerPeers
+    raft_snapshot_every: int = _opt(20_000)  # OrbitMQ-only: Raft log compaction every N applied entries
     # Prometheus metrics (broker/metrics.py; docs/operations.md): PROM serves /metrics, DISABLE (default) does not
     metrics_exporter_type: str = _opt("DISABLE", important=True)
     metrics_prom_exporter_host: str = _opt("")  # "" -> brokerIP1, as RocketMQ
@@ -315,6 +316,8 @@ class BrokerConfig:
         peers = group_peers(self.dleger_peers)
         if self.dleger_self_id not in peers:
             raise ConfigError(f"dLegerSelfId: {self.dleger_self_id!r} is not one of dLegerPeers ({', '.join(peers)})")
+        if self.raft_snapshot_every < 1:
+            raise ConfigError(f"raftSnapshotEvery: {self.raft_snapshot_every} must be >= 1")
 
     def _validate_lease_election(self) -> None:
         if self.enable_slave_acting_master:

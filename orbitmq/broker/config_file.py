@@ -122,6 +122,7 @@ BROKER_KEYS: dict[str, str] = {
     "dLegerGroup": "dleger_group",
     "dLegerPeers": "dleger_peers",
     "dLegerSelfId": "dleger_self_id",
+    "raftSnapshotEvery": "raft_snapshot_every",
     "syncFromLastFile": "sync_from_last_file",
     "metricsExporterType": "metrics_exporter_type",
     "metricsPromExporterHost": "metrics_prom_exporter_host",

@@ -168,6 +168,7 @@ class RequestCode(IntEnum):
     # Sent only to connections that asked GET_ROUTEINFO_BY_TOPIC with ext orbitWatch=true.
     ORBIT_NOTIFY_ROUTE_CHANGED = 9901
     ORBIT_RAFT_MESSAGE = 9902  # OrbitMQ private: Raft peer -> peer, oneway, ext {group, from}, body = raft codec batch
+    ORBIT_RAFT_GROUP_READ_LOG = 9910  # OrbitMQ private: Raft group member -> leader, ext {offset, max}: CommitLog bytes
     # OrbitMQ private: controller-mode master -> SyncStateSet member, request/response, body JSON
     # {"masterEpoch":E,"offsets":[["topic@group",queueId,offset],...]}; SUCCESS = stored (offsets published only then)
     ORBIT_REPLICATE_CONSUMER_OFFSETS = 9903

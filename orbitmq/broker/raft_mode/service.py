@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from orbitmq.acl.cluster import cluster_guarded, cluster_signer
-from orbitmq.base.errors import ConfigError
+from orbitmq.base.errors import ConfigError, RemotingError
 from orbitmq.broker.raft_mode.codec import encode_command, encode_messages
 from orbitmq.broker.raft_mode.state_machine import CommandApply, CommitListener, GroupStateMachine
 from orbitmq.broker.raft_mode.store_proxy import RaftStore
@@ -31,7 +31,7 @@ from orbitmq.raft import (
     RoleListener,
     parse_peers,
 )
-from orbitmq.remoting import RemotingServer
+from orbitmq.remoting import RemotingClient, RemotingServer
 from orbitmq.store.results import MessageInner, PutResult, PutStatus
 
 if TYPE_CHECKING:
@@ -43,9 +43,9 @@ log = logging.getLogger("orbitmq.broker.raft_mode")
 RAFT_DIR = "dledger"
 TICK_MS = 50
 ELECTION_TICKS = 10  # 0.5-1 s randomized election timeout; heartbeats every tick
-SNAPSHOT_EVERY = 20_000  # applied entries between snapshots (Raft log compaction)
 PROPOSE_TIMEOUT_MS = 5_000
 ADOPT_EVERY_S = 0.5
+FETCH_CHUNK = 1024 * 1024  # CommitLog bytes per ORBIT_RAFT_GROUP_READ_LOG answer
 
 def group_peers(spec: str) -> dict[str, str]:
     """dLegerPeers -> {id: host:port}; ConfigError naming dLegerPeers when malformed."""
@@ -79,12 +79,18 @@ class RaftGroupService:
         self.transport = RaftTransport(self.group, self.self_id, self.peers, sign=cluster_signer(cfg.cluster_secret))
         self.driver = RaftDriver(RaftConfig(self.self_id, tuple(self.peers), election_ticks=ELECTION_TICKS,
                                             tick_ms=TICK_MS),
-                                 RaftStorage(self.raft_dir), self.transport, self.sm, snapshot_every=SNAPSHOT_EVERY)
+                                 RaftStorage(self.raft_dir), self.transport, self.sm,
+                                 snapshot_every=cfg.raft_snapshot_every)
         host, _, port = self.peers[self.self_id].rpartition(":")
         bind = cfg.bind_address if cfg.bind_address not in ("", "0.0.0.0") else host  # noqa: S104
         self.server = RemotingServer(cluster_guarded(self._handle, cfg.cluster_secret,
-                                                     (int(RequestCode.ORBIT_RAFT_MESSAGE),)),
+                                                     (int(RequestCode.ORBIT_RAFT_MESSAGE),
+                                                      int(RequestCode.ORBIT_RAFT_GROUP_READ_LOG))),
                                      bind, int(port), name="raft-group")
+        self._sign = cluster_signer(cfg.cluster_secret)
+        self._fetch: asyncio.Task[None] | None = None
+        self.fetched_bytes = 0
+        self.sm.on_behind = self._on_behind
         self.role_changes = 0
         self.topics_adopted = 0
         ctx.store = RaftStore(self.real_store, self)  # type: ignore[assignment]
@@ -163,6 +169,10 @@ class RaftGroupService:
             self.ctx.request_register()
 
     async def stop(self) -> None:
+        if self._fetch is not None:
+            self._fetch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._fetch
         await self.driver.stop()
         with contextlib.suppress(Exception):
             await self.server.stop()
@@ -170,10 +180,67 @@ class RaftGroupService:
     def _handle(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
         if cmd.code == RequestCode.ORBIT_RAFT_MESSAGE:
             return self.transport.handle(conn, cmd)
+        if cmd.code == RequestCode.ORBIT_RAFT_GROUP_READ_LOG:
+            return self._read_log(cmd)
         if cmd.is_oneway:
             return None
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                             f"request code {cmd.code} not supported on the Raft peer port")
+
+    # ---- catching up behind the leader's compaction: CommitLog transfer ------------------------------------------
+    def _read_log(self, cmd: RemotingCommand) -> RemotingCommand:
+        """A member behind our snapshot asks for CommitLog bytes from `offset` (at most `max`, one segment)."""
+        ext = cmd.ext_fields or {}
+        try:
+            offset, most = int(ext.get("offset", "")), int(ext.get("max", ""))
+        except ValueError:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "offset and max must be integers")
+        store = self.real_store
+        if ext.get("group") != self.group:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"this member is in group {self.group}")
+        if not store.min_phys_offset <= offset <= store.max_phys_offset or most < 1:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"offset {offset} outside the CommitLog "
+                                f"{store.min_phys_offset}..{store.max_phys_offset}")
+        return cmd.response(body=store.read_commitlog(offset, min(most, FETCH_CHUNK)))
+
+    def _on_behind(self, target: int) -> None:
+        if self._fetch is None or self._fetch.done():
+            self._fetch = asyncio.get_running_loop().create_task(self._fetch_log(), name="raft-group fetch")
+
+    async def _fetch_log(self) -> None:
+        """Copy the leader's CommitLog bytes up to the snapshot's end, then store the entries held meanwhile."""
+        client = RemotingClient(name="raft-group-fetch", sign=self._sign)
+        try:
+            while self.sm.behind is not None:
+                target = self.sm.behind[1]
+                have = self.real_store.max_phys_offset
+                if have >= target:
+                    self.sm.caught_up()
+                    self.adopt_topics()
+                    break
+                leader = self.driver.leader_id
+                if not leader or leader == self.self_id:
+                    await asyncio.sleep(0.2)
+                    continue
+                cmd = RemotingCommand.request(RequestCode.ORBIT_RAFT_GROUP_READ_LOG, {
+                    "group": self.group, "offset": str(have), "max": str(min(FETCH_CHUNK, target - have))})
+                try:
+                    resp = await client.invoke(self.peers[leader], cmd, 5000)
+                except (RemotingError, OSError) as e:
+                    log.warning("raft group %s: CommitLog fetch from %s failed: %s", self.group, leader, e)
+                    await asyncio.sleep(0.5)
+                    continue
+                if resp.code != ResponseCode.SUCCESS or not resp.body:
+                    log.warning("raft group %s: CommitLog fetch from %s at %d: %s", self.group, leader, have,
+                                resp.remark or "no bytes")
+                    await asyncio.sleep(0.5)
+                    continue
+                self.real_store.append_raw(have, bytes(resp.body))
+                self.fetched_bytes += len(resp.body)
+        except Exception:
+            log.exception("raft group %s: CommitLog transfer failed", self.group)
+        finally:
+            await client.close()
 
     # ---- roles ------------------------------------------------------------------------------------------------
     def _on_role(self, role: Role, term: int, leader_id: str) -> None:
@@ -204,7 +271,8 @@ class RaftGroupService:
             last = int(st.get("last_index", 0))  # type: ignore[call-overload]
             out["dLegerPeerLag"] = ";".join(f"{p}:{max(0, last - int(v['match']))}" for p, v in progress.items())
         if self.sm.behind is not None:
-            out["dLegerBehind"] = f"{self.sm.behind[0]}..{self.sm.behind[1]}"
+            out["dLegerBehind"] = f"{self.real_store.max_phys_offset}..{self.sm.behind[1]}"
+        out["dLegerFetchedBytes"] = str(self.fetched_bytes)
         return out
 
 def create(ctx: BrokerContext, env: ServiceEnv) -> RaftGroupService | None:

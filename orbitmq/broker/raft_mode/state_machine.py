@@ -3,7 +3,9 @@
 MESSAGES entries go into the member's MessageStore (CommitLog, then ConsumeQueue/index by the store's dispatch):
 only committed entries ever reach the store. Command entries (0x10..0x7F) go to the module that registered the type
 (local delivery). The snapshot is the CommitLog end offset after the applied index; restoring it cuts the CommitLog
-back to that offset so that the entries after it can be applied again without duplicates.
+back to that offset so that the entries after it can be applied again without duplicates; a member whose CommitLog
+ends before it (behind the leader's compaction) fetches the missing bytes from the leader and holds the entries
+after the snapshot until they arrive.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class GroupStateMachine:
         self._based = False  # the store's content has been matched to the Raft log (restore or first apply)
         self.applied = 0
         self.behind: tuple[int, int] | None = None  # (our CommitLog end, snapshot's) when a snapshot left us behind
+        self.held: list[tuple[int, bytes]] = []  # MESSAGES entries applied while behind: stored once caught up
+        self.on_behind: Callable[[int], None] | None = None  # told the snapshot's end offset to fetch up to
         self.apply_errors = 0
 
     def register_command(self, entry_type: int, apply: CommandApply) -> None:
@@ -71,6 +75,9 @@ class GroupStateMachine:
         if not data:
             return None  # a new leader's no-op
         kind = data[0]
+        if kind == MESSAGES and self.behind is not None:
+            self.held.append((index, data))  # after the CommitLog bytes the snapshot covers (catch_up)
+            return None
         if kind == MESSAGES:
             msgs = decode_messages(data)
             result, wait_end = self.store.put_messages_nowait(msgs)
@@ -100,7 +107,23 @@ class GroupStateMachine:
             self.behind = None
         elif have < target:
             self.behind = (have, target)
-            log.error("raft group: the snapshot needs CommitLog bytes %d..%d that this member does not have "
-                      "(CommitLog transfer is not implemented): this member serves stale data", have, target)
+            self.held.clear()
+            log.warning("raft group: the snapshot needs CommitLog bytes %d..%d: fetching them from the leader",
+                        have, target)
+            if self.on_behind is not None:
+                self.on_behind(target)
         else:
             self.behind = None
+
+    def caught_up(self) -> None:
+        """The CommitLog reached the snapshot's end (fetched from the leader): store the entries held meanwhile."""
+        if self.behind is None:
+            return
+        have, target = self.store.max_phys_offset, self.behind[1]
+        if have != target:
+            raise RuntimeError(f"raft group: CommitLog at {have} after the transfer, the snapshot ends at {target}")
+        self.behind = None
+        held, self.held = self.held, []
+        for index, data in held:
+            self._apply(index, data)
+        log.warning("raft group: CommitLog caught up to %d, %d held entries stored", target, len(held))
