@@ -10,6 +10,8 @@
  *   command_from_header(cls, header, body)
  *                                    protocol/header_json.py command_from_header_py: the common JSON header shape
  *                                    to a RemotingCommand, None for anything the general decoder must decide
+ *   decode_send_v2(cls, ext)         protocol/headers.py decode_send_v2_py: the common SEND_MESSAGE_V2 extFields
+ *                                    to a SendMessageRequestHeader, None for anything the Python decoder decides
  *   decode_properties(text)          model/properties.py decode_properties_py
  *   encode_record_into(buf, pos, ...) model/record.py encode_record_into_py: one stored record written in place
  *   decode_record_v4(buf, pos, check_crc, cls, host_memo)
@@ -233,6 +235,118 @@ static PyObject *sp_command_from_header(PyObject *self, PyObject *const *args, P
         }
     }
     return cmd;
+}
+
+/* ---- decode_send_v2(cls, ext): the common SEND_MESSAGE_V2 header -------------------------------------
+ * protocol/headers.py decode_send_v2_py: a dict whose keys are all single V2 letters a..n and whose values are
+ * all str, the required a, b, e, f, g, h present, every int field present written as plain ASCII decimal
+ * (-?[0-9]{1,19}) within its Java range -> a SendMessageRequestHeader (cls) with every attribute set; anything
+ * else None (the Python decoder decides: renaming, defaults, lenient parses, errors). */
+static PyObject *send_attrs[14]; /* indexed by letter - 'a' */
+static PyObject *str_tbw102, *int_four;
+
+static int send_names_init(void) {
+    static const char *names[14] = {"producer_group", "topic", "default_topic", "default_topic_queue_nums",
+                                    "queue_id", "sys_flag", "born_timestamp", "flag", "properties",
+                                    "reconsume_times", "unit_mode", "max_reconsume_times", "batch", "bname"};
+    for (int i = 0; i < 14; i++)
+        if ((send_attrs[i] = PyUnicode_InternFromString(names[i])) == NULL) return -1;
+    str_tbw102 = PyUnicode_InternFromString("TBW102");
+    int_four = PyLong_FromLong(4);
+    return (str_tbw102 == NULL || int_four == NULL) ? -1 : 0;
+}
+
+/* Plain decimal within [lo, hi] -> 1 and *out; anything else 0. */
+static int plain_decimal(PyObject *s, int64_t lo, int64_t hi, int64_t *out) {
+    if (!PyUnicode_IS_ASCII(s)) return 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    const char *p = (const char *)PyUnicode_DATA(s);
+    int neg = 0;
+    if (n > 0 && p[0] == '-') {
+        neg = 1;
+        p++;
+        n--;
+    }
+    if (n < 1 || n > 19) return 0;
+    uint64_t v = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        v = v * 10 + (uint64_t)(p[i] - '0'); /* 19 digits < 2^64: no overflow */
+    }
+    if (neg) {
+        if (v > (uint64_t)INT64_MAX + 1) return 0;
+        int64_t x = v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
+        if (x < lo) return 0;
+        *out = x;
+    } else {
+        if (v > (uint64_t)INT64_MAX || (int64_t)v > hi) return 0;
+        *out = (int64_t)v;
+    }
+    return 1;
+}
+
+/* ASCII case-insensitive "true" (what str.lower() == "true" is for any str). */
+static int is_true_text(PyObject *s) {
+    if (!PyUnicode_IS_ASCII(s) || PyUnicode_GET_LENGTH(s) != 4) return 0;
+    const char *p = (const char *)PyUnicode_DATA(s);
+    return (p[0] | 0x20) == 't' && (p[1] | 0x20) == 'r' && (p[2] | 0x20) == 'u' && (p[3] | 0x20) == 'e';
+}
+
+static PyObject *sp_decode_send_v2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "decode_send_v2(cls, ext)");
+        return NULL;
+    }
+    PyObject *ext = args[1];
+    if (!PyDict_CheckExact(ext)) Py_RETURN_NONE;
+    PyObject *f[14] = {NULL}; /* borrowed values by letter */
+    Py_ssize_t pos = 0;
+    PyObject *k, *val;
+    while (PyDict_Next(ext, &pos, &k, &val)) {
+        if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(val) || PyUnicode_GET_LENGTH(k) != 1) Py_RETURN_NONE;
+        Py_UCS4 c = PyUnicode_READ_CHAR(k, 0);
+        if (c < 'a' || c > 'n') Py_RETURN_NONE;
+        f[c - 'a'] = val;
+    }
+    static const int required[6] = {0, 1, 4, 5, 6, 7};
+    for (int i = 0; i < 6; i++)
+        if (f[required[i]] == NULL) Py_RETURN_NONE;
+    /* int fields: e f g h (required), j d l (optional) */
+    static const int int_idx[7] = {4, 5, 6, 7, 9, 3, 11};
+    int64_t nums[7];
+    for (int i = 0; i < 7; i++) {
+        PyObject *s = f[int_idx[i]];
+        if (s == NULL) continue;
+        int64_t lo = int_idx[i] == 6 ? INT64_MIN : INT32_MIN, hi = int_idx[i] == 6 ? INT64_MAX : INT32_MAX;
+        if (!plain_decimal(s, lo, hi, &nums[i])) Py_RETURN_NONE;
+    }
+    PyObject *v[14];
+    int owned[14] = {0};
+    for (int i = 0; i < 14; i++) v[i] = f[i] != NULL ? f[i] : Py_None;
+    int ok = 1;
+    for (int i = 0; i < 7 && ok; i++) {
+        int idx = int_idx[i];
+        if (f[idx] == NULL) continue;
+        if ((v[idx] = PyLong_FromLongLong(nums[i])) == NULL) ok = 0;
+        else owned[idx] = 1;
+    }
+    if (f[9] == NULL) v[9] = int_zero;  /* reconsume_times */
+    if (f[3] == NULL) v[3] = int_four;  /* default_topic_queue_nums */
+    if (f[2] == NULL) v[2] = str_tbw102; /* default_topic */
+    v[10] = (f[10] != NULL && is_true_text(f[10])) ? Py_True : Py_False; /* unit_mode */
+    if (f[12] == NULL) v[12] = Py_False; /* batch: "1" or "true" in any case */
+    else v[12] = (PyUnicode_CompareWithASCIIString(f[12], "1") == 0 || is_true_text(f[12])) ? Py_True : Py_False;
+    PyObject *h = NULL;
+    if (ok) {
+        PyTypeObject *tp = (PyTypeObject *)args[0];
+        h = tp->tp_alloc(tp, 0);
+        for (int i = 0; h != NULL && i < 14; i++) {
+            if (PyObject_SetAttr(h, send_attrs[i], v[i]) < 0) Py_CLEAR(h);
+        }
+    }
+    for (int i = 0; i < 14; i++)
+        if (owned[i]) Py_DECREF(v[i]);
+    return h;
 }
 
 /* ---- properties: name \x01 value \x02 ... ------------------------------------------------------------ */
@@ -877,6 +991,8 @@ static PyMethodDef methods[] = {
     {"java_hash", sp_java_hash, METH_O, "Java String.hashCode over UTF-16 code units, signed 32-bit."},
     {"command_from_header", (PyCFunction)(void (*)(void))sp_command_from_header, METH_FASTCALL,
      "RemotingCommand from a decoded JSON header of the common shape, or None."},
+    {"decode_send_v2", (PyCFunction)(void (*)(void))sp_decode_send_v2, METH_FASTCALL,
+     "SendMessageRequestHeader from the common SEND_MESSAGE_V2 extFields, or None."},
     {"decode_properties", sp_decode_properties, METH_O, "Lenient decode of a message properties string."},
     {"encode_record_into", (PyCFunction)(void (*)(void))sp_encode_record_into, METH_FASTCALL,
      "Write one V1 stored record at buf[pos:]; returns its size."},
@@ -900,7 +1016,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "orbitmq.base._speedu
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     crc_init();
-    if (header_names_init() < 0) return NULL;
+    if (header_names_init() < 0 || send_names_init() < 0) return NULL;
     PyObject *st = PyImport_ImportModule("struct");
     if (st == NULL) return NULL;
     struct_error = PyObject_GetAttrString(st, "error");
@@ -919,7 +1035,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     /* native.py loads the module only when this matches its API_VERSION: a stale build from an older source
      * (an editable install not rebuilt) is ignored instead of missing functions. Bump it with every change of a
      * function's contract or the set of functions. */
-    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 3) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 4) < 0) {
         Py_DECREF(m);
         return NULL;
     }

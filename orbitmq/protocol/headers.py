@@ -13,8 +13,10 @@ Optional fields that do not parse keep their default (the rule of ext.ext_int).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
+from orbitmq.base.native import speedups
 from orbitmq.protocol.ext import REQUIRED, SEND_V2_TO_V1, HeaderError, normalize_send_header
 
 INT_MIN: Final = -(2**31)
@@ -96,6 +98,9 @@ class SendMessageRequestHeader:
     def decode(cls, ext: dict[str, Any] | None) -> SendMessageRequestHeader:
         """extFields (V1 long names, V2 single letters, or a mix: renamed as normalize_send_header does) -> header.
         Raises HeaderError."""
+        h = _decode_send_v2(cls, ext)  # the common SEND_MESSAGE_V2 header in one call (native when built)
+        if h is not None:
+            return h
         if ext and "b" in ext and ext.keys() <= _V2_KEYS:  # a pure V2 header: read the letters, no renamed copy
             k = _V2_NAMES
         else:
@@ -133,6 +138,67 @@ class SendMessageRequestHeader:
                    "TBW102" if dt is None else dt, dq_nums, u is not None and u != "false" and _is_true(u), max_rt,
                    batch, get(k[13]))
 
+
+_PLAIN_DECIMAL = re.compile(r"-?[0-9]{1,19}\Z").match  # ASCII digits only, no sign "+", spaces or "_"
+
+
+def _plain_int(v: str, lo: int, hi: int) -> int | None:
+    if _PLAIN_DECIMAL(v) is None:
+        return None
+    n = int(v)
+    return n if lo <= n <= hi else None
+
+
+def decode_send_v2_py(cls: type[SendMessageRequestHeader], ext: Any) -> SendMessageRequestHeader | None:
+    """The common SEND_MESSAGE_V2 header straight to a SendMessageRequestHeader; None for anything else, which
+    SendMessageRequestHeader.decode's general path decides (renaming, defaults, lenient parses, errors).
+    Common = a dict whose keys are all V2 letters and whose values are all str; a..b, e..h present; every int
+    field present written as plain ASCII decimal (-?[0-9]{1,19}) within its Java range.
+    Pure-Python twin of the native decode_send_v2 (orbitmq/base/_speedups.c)."""
+    if type(ext) is not dict or not ext.keys() <= _V2_KEYS:
+        return None
+    for v in ext.values():
+        if type(v) is not str:
+            return None
+    get = ext.get
+    topic, group = get("b"), get("a")
+    q, sf, bt, fl = get("e"), get("f"), get("g"), get("h")
+    if topic is None or group is None or q is None or sf is None or bt is None or fl is None:
+        return None
+    queue_id = _plain_int(q, INT_MIN, INT_MAX)
+    sys_flag = _plain_int(sf, INT_MIN, INT_MAX)
+    born_ts = _plain_int(bt, LONG_MIN, LONG_MAX)
+    flag = _plain_int(fl, INT_MIN, INT_MAX)
+    if queue_id is None or sys_flag is None or born_ts is None or flag is None:
+        return None
+    rt, dq, mr = get("j"), get("d"), get("l")
+    reconsume = 0 if rt is None else _plain_int(rt, INT_MIN, INT_MAX)
+    dq_nums = 4 if dq is None else _plain_int(dq, INT_MIN, INT_MAX)
+    max_rt = None if mr is None else _plain_int(mr, INT_MIN, INT_MAX)
+    if reconsume is None or dq_nums is None or (mr is not None and max_rt is None):
+        return None
+    u, b = get("k"), get("m")
+    h = _new(cls)
+    h.topic = topic
+    h.producer_group = group
+    h.queue_id = queue_id
+    h.sys_flag = sys_flag
+    h.born_timestamp = born_ts
+    h.flag = flag
+    h.properties = get("i")
+    h.reconsume_times = reconsume
+    h.default_topic = get("c", "TBW102")
+    h.default_topic_queue_nums = dq_nums
+    h.unit_mode = u is not None and u.lower() == "true"
+    h.max_reconsume_times = max_rt
+    h.batch = b is not None and (b == "1" or b.lower() == "true")
+    h.bname = get("n")
+    return h
+
+
+_new = object.__new__
+_native = speedups()
+_decode_send_v2 = decode_send_v2_py if _native is None else _native.decode_send_v2
 
 _V1_NAMES: Final = ("topic", "producerGroup", "queueId", "sysFlag", "bornTimestamp", "flag", "properties",
                     "reconsumeTimes", "defaultTopic", "defaultTopicQueueNums", "unitMode", "maxReconsumeTimes",
