@@ -59,6 +59,7 @@ class BrokerConfig:
     broker_permission: int = _opt(6, important=True, hot=True)
     auto_create_topic_enable: bool = _opt(True, important=True, hot=True)
     auto_create_subscription_group: bool = _opt(True, important=True, hot=True)
+    auto_create_per_client_per_minute: int = _opt(1000, hot=True)  # topics+groups auto-created per remote IP; 0 = off
     default_topic_queue_nums: int = _opt(8, hot=True)
     cluster_topic_enable: bool = _opt(True)
     broker_topic_enable: bool = _opt(True)
@@ -77,6 +78,12 @@ class BrokerConfig:
     transfer_msg_by_heap: bool = _opt(True)
     enable_property_filter: bool = _opt(False)
     filter_support_retry: bool = _opt(False)
+    # bounds on SQL92 filters and pulls (docs/design/security.md "Limits"); 0 = off
+    filter_sql_max_length: int = _opt(4096, hot=True)  # UTF-8 bytes of one expression
+    filter_sql_max_depth: int = _opt(32, hot=True)  # nested parentheses / NOT
+    filter_sql_max_in_list: int = _opt(256, hot=True)  # items of one IN (...)
+    filter_sql_cache_bytes: int = _opt(16 * 1024 * 1024, hot=True)  # compiled-filter cache (LRU, estimated bytes)
+    max_pull_msg_nums: int = _opt(32, hot=True)  # a pull's maxMsgNums is capped to this (store returns <= 32 anyway)
     # producer de-duplication (services/dedup.py)
     dedup_enable: bool = _opt(True)
     dedup_window_seconds: int = _opt(120, hot=True)

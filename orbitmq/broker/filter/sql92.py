@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 Props = dict[str, str]
@@ -33,6 +34,23 @@ _TOKEN = re.compile(r"""
 
 class SqlParseError(ValueError):
     """The expression is not valid SQL92 filter syntax (the message says where)."""
+
+
+class SqlLimitError(SqlParseError):
+    """The expression is valid-looking but over a limit (length, nesting depth, IN-list size)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SqlLimits:
+    """Bounds on a subscription expression (docs/design/security.md "Limits"); 0 turns one off. The length is in
+    UTF-8 bytes; depth counts parentheses and NOTs; chains of AND / OR are flat (evaluated in a loop)."""
+
+    max_length: int = 4096
+    max_depth: int = 32
+    max_in_list: int = 256
+
+
+DEFAULT_LIMITS = SqlLimits()
 
 
 class _Tok:
@@ -139,10 +157,18 @@ def compare(op: str, lv: Any, rv: Any) -> bool | None:
 
 
 class _Parser:
-    def __init__(self, expr: str) -> None:
+    def __init__(self, expr: str, limits: SqlLimits = DEFAULT_LIMITS) -> None:
         self.expr = expr
+        self.limits = limits
         self.toks = tokenize(expr)
         self.i = 0
+        self.depth = 0
+
+    def _enter(self) -> None:
+        self.depth += 1
+        if self.limits.max_depth and self.depth > self.limits.max_depth:
+            raise SqlLimitError(f"expression nests deeper than {self.limits.max_depth} levels "
+                                f"(parentheses and NOT) at position {self.tok.pos}")
 
     # -- token helpers --
     @property
@@ -182,28 +208,31 @@ class _Parser:
         return node
 
     def _or(self) -> _Tri:
-        left = self._and()
+        parts = [self._and()]
         while self._kw("OR"):
-            right = self._and()
-            left = _or(left, right)
-        return left
+            parts.append(self._and())
+        return parts[0] if len(parts) == 1 else _or(parts)
 
     def _and(self) -> _Tri:
-        left = self._not()
+        parts = [self._not()]
         while self._kw("AND"):
-            right = self._not()
-            left = _and(left, right)
-        return left
+            parts.append(self._not())
+        return parts[0] if len(parts) == 1 else _and(parts)
 
     def _not(self) -> _Tri:
         if self._kw("NOT"):
-            return _not(self._not())
+            self._enter()
+            inner = _not(self._not())
+            self.depth -= 1
+            return inner
         return self._predicate()
 
     def _predicate(self) -> _Tri:
         if self._op("("):
+            self._enter()
             inner = self._or()
             self._expect_op(")")
+            self.depth -= 1
             return inner
         start = self.tok
         left = self._value()
@@ -269,26 +298,38 @@ class _Parser:
     def _string_list(self) -> frozenset[str]:
         self._expect_op("(")
         items = [self._string_value()]
+        cap = self.limits.max_in_list
         while self._op(","):
+            if cap and len(items) >= cap:
+                raise SqlLimitError(f"IN list longer than {cap} items at position {self.tok.pos}")
             items.append(self._string_value())
         self._expect_op(")")
         return frozenset(items)
 
 
 # ---- node builders (closures: evaluation is a few Python calls per node) ----
-def _and(left: _Tri, right: _Tri) -> _Tri:
+def _and(parts: list[_Tri]) -> _Tri:
+    """a AND b AND c ... as ((a AND b) AND c): unknown or false on the left -> false (RocketMQ); the last
+    operand's value (true or unknown) otherwise. A loop, not nested closures: a long chain costs no stack."""
+    head, last = tuple(parts[:-1]), parts[-1]
+
     def f(p: Props) -> bool | None:
-        if not left(p):  # RocketMQ: unknown or false on the left -> false
-            return False
-        return right(p)
+        for part in head:
+            if not part(p):
+                return False
+        return last(p)
     return f
 
 
-def _or(left: _Tri, right: _Tri) -> _Tri:
+def _or(parts: list[_Tri]) -> _Tri:
+    """a OR b OR c ...: true as soon as one is true; else the last operand's value (false or unknown)."""
+    head, last = tuple(parts[:-1]), parts[-1]
+
     def f(p: Props) -> bool | None:
-        if left(p):
-            return True
-        return right(p)
+        for part in head:
+            if part(p):
+                return True
+        return last(p)
     return f
 
 
@@ -339,11 +380,16 @@ def _text_op(word: str, operand: _Val, arg: str, negate: bool) -> _Tri:
     return f
 
 
-def compile_sql92(expression: str) -> Predicate:
-    """Compile an SQL92 filter expression; raises SqlParseError with a readable reason."""
+def compile_sql92(expression: str, limits: SqlLimits = DEFAULT_LIMITS) -> Predicate:
+    """Compile an SQL92 filter expression; raises SqlParseError with a readable reason (SqlLimitError when the
+    expression is over one of `limits`; the length is checked before any parsing)."""
     if expression is None or not expression.strip():
         raise SqlParseError("empty expression")
-    tri = _Parser(expression).parse()
+    if limits.max_length and len(expression) > limits.max_length // 4:  # cheap pre-check; exact count next
+        size = len(expression.encode("utf-8", "surrogatepass"))
+        if size > limits.max_length:
+            raise SqlLimitError(f"expression is {size} bytes, over the limit of {limits.max_length}")
+    tri = _Parser(expression, limits).parse()
 
     def predicate(props: Props) -> bool:
         return tri(props) is True

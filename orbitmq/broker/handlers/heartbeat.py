@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.filter import sql_limits
 from orbitmq.broker.filter.sql92 import SqlParseError, compile_sql92
 from orbitmq.broker.handlers.guard import guarded
 from orbitmq.model.names import consumer_group_error, group_error, topic_error
@@ -128,7 +129,7 @@ class ClientManageProcessor:
                                 f"The broker does not support consumer to filter message by {expression_type}")
         expression = str(sub.get("subString") or "")
         try:
-            compile_sql92(expression)
+            compile_sql92(expression, sql_limits(self.ctx.config))
         except SqlParseError as e:
             return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                                 f"parse the consumer's subscription[{expression}] failed: {e}")

@@ -10,7 +10,7 @@ from functools import lru_cache
 from typing import Any
 
 from orbitmq.broker.context import BrokerContext
-from orbitmq.broker.filter import EXPRESSION_TYPE_SQL92, FilterCache, SqlParseError
+from orbitmq.broker.filter import EXPRESSION_TYPE_SQL92, FilterCache, SqlParseError, sql_limits
 from orbitmq.broker.handlers.guard import guarded
 from orbitmq.broker.long_poll import LongPollService
 from orbitmq.model.enums import Perm
@@ -62,7 +62,7 @@ class PullProcessor:
     def __init__(self, ctx: BrokerContext, long_poll: LongPollService | None = None) -> None:
         self.ctx = ctx
         self.long_poll = long_poll
-        self.filters = FilterCache()
+        self.filters = FilterCache(lambda: self.ctx.config.filter_sql_cache_bytes, lambda: sql_limits(self.ctx.config))
 
     def handle(self, conn: Any, req: RemotingCommand) -> RemotingCommand | None:
         fence = self.ctx.read_fence()  # controller mode: role unknown (a restarted broker's tail may be unconfirmed)
@@ -80,7 +80,8 @@ class PullProcessor:
         topic = ext_str(ext, "topic")
         queue_id = ext_int(ext, "queueId")
         queue_offset = ext_int(ext, "queueOffset")
-        max_msg_nums = ext_int(ext, "maxMsgNums")
+        # bounds (docs/design/security.md "Limits"): the batch is capped like the store caps it, at least 1
+        max_msg_nums = min(max(ext_int(ext, "maxMsgNums"), 1), self.ctx.config.max_pull_msg_nums or 2**31 - 1)
         sys_flag = ext_int(ext, "sysFlag")
         commit_offset = ext_int(ext, "commitOffset")
         suspend_timeout_ms = ext_int(ext, "suspendTimeoutMillis")
@@ -100,7 +101,7 @@ class PullProcessor:
             gs = self.ctx.group_stats
             gs.on_get(group, topic, result.msg_count, len(response.body or b""))
             gs.on_pulled(group, topic, queue_id, result.next_begin_offset)
-        if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and not self.ctx.config.is_slave:
+        if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and commit_offset >= 0 and not self.ctx.config.is_slave:
             self.ctx.offsets.commit(group, topic, queue_id, commit_offset)
             self.ctx.offset_committed(group, topic, queue_id, commit_offset)
         return response

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orbitmq.broker.filter import FilterCache, record_filter_of
+from orbitmq.broker.filter import FilterCache, entry_cost, record_filter_of
 from orbitmq.broker.filter.sql92 import SqlParseError, compile_sql92, evaluate
 from orbitmq.model.properties import encode_properties
 from orbitmq.model.record import decode_record, encode_record, pack_host, read_properties_text
@@ -117,7 +117,7 @@ def test_record_filter_and_cache() -> None:
     assert f(memoryview(_record({"a": "4", "b": "x"})))
     assert not f(memoryview(_record({"a": "4"})))
     assert not f(memoryview(_record({"a": "2", "b": "x"})))
-    cache = FilterCache(max_entries=2)
+    cache = FilterCache(max_bytes=2 * entry_cost("G", "T2", "a = 1") + 10)
     g1 = cache.get("G", "T", "a = 1")
     assert cache.get("G", "T", "a = 1") is g1
     cache.get("G", "T2", "a = 1")
