@@ -5,7 +5,8 @@ enableDLegerCommitLog, real processes on free ports (orbitmq/testing/raft_group.
   the producer's acknowledgements resume through the route, nothing acknowledged is lost; the killed member restarts
   and catches up (same CommitLog end on every member); every acknowledged message is readable from every member at
   the queue offset it was acknowledged at (followers serve reads);
-- our SDK's push consumer gets every acknowledged message after the fail-over;
+- our SDK's push consumer gets every acknowledged message after the fail-over; a consumer offset committed on the
+  leader is on every member (replicated as an OFFSETS entry) and on the new leader after the kill;
 - followers refuse sends; the name server routes brokerId 0 to the leader;
 - `orbitmq cluster init --mode raft` + `cluster -d`: clusterList shows the Raft columns.
 """
@@ -23,7 +24,7 @@ from typing import Any
 import orjson
 import pytest
 
-from orbitmq.client import Admin, ConsumeResult, MessageExt, PushConsumer
+from orbitmq.client import Admin, ConsumeResult, MessageExt, MessageQueue, PushConsumer, broker_api
 from orbitmq.client.errors import TopicNotExistError
 from orbitmq.protocol import ResponseCode
 from orbitmq.remoting import RemotingClient
@@ -88,15 +89,24 @@ def test_leader_kill9_no_acknowledged_loss_and_catch_up(tmp_path: Path) -> None:
 
 async def _kill_leader_under_load(g: RaftGroup, leader: int) -> tuple[SendLoad, int, float, float, float]:
     load = await SendLoad(g.ns_addr, TOPIC, senders=2, run="raft").start()
+    client = RemotingClient(name="offsets")
+    mq = MessageQueue(TOPIC, g.broker_name, 0)
     try:
         await _wait_acks(load, 50)
+        # a consumer offset committed on the leader reaches the followers through the log
+        await broker_api.update_consumer_offset(client, g.addr(leader), "CG_offsets", mq, 7, oneway=False)
+        for i in range(g.size):
+            while await broker_api.query_consumer_offset(client, g.addr(i), "CG_offsets", mq) != 7:
+                await asyncio.sleep(0.1)
         t_kill = await asyncio.to_thread(g.kill9, leader)
         new = await asyncio.to_thread(g.leader, 15.0, leader)
         took = time.monotonic() - t_kill
+        assert await broker_api.query_consumer_offset(client, g.addr(new), "CG_offsets", mq) == 7
         await _wait_acks_after(load, t_kill, 30)
         resumed = load.first_ack_after(t_kill) or 0.0
     finally:
         await load.stop()
+        await client.close()
     return load, new, took, resumed, t_kill
 
 

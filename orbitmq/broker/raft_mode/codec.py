@@ -10,6 +10,7 @@ from orbitmq.model.properties import decode_properties_py, encode_properties
 from orbitmq.store.results import MessageInner
 
 MESSAGES = 0x01  # a batch of messages for the CommitLog
+OFFSETS = 0x02  # the leader's consumer offset table (JSON {"topic@group": {"queueId": offset}}), when it changed
 COMMAND_MIN, COMMAND_MAX = 0x10, 0x7F  # entry types other modules register (local delivery)
 
 _COUNT = struct.Struct(">I")

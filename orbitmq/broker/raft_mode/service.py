@@ -15,9 +15,11 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from orbitmq.acl.cluster import cluster_guarded, cluster_signer
 from orbitmq.base.errors import ConfigError, RemotingError
-from orbitmq.broker.raft_mode.codec import encode_command, encode_messages
+from orbitmq.broker.raft_mode.codec import OFFSETS, encode_command, encode_messages
 from orbitmq.broker.raft_mode.state_machine import CommandApply, CommitListener, GroupStateMachine
 from orbitmq.broker.raft_mode.store_proxy import RaftStore
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
@@ -45,6 +47,7 @@ TICK_MS = 50
 ELECTION_TICKS = 10  # 0.5-1 s randomized election timeout; heartbeats every tick
 PROPOSE_TIMEOUT_MS = 5_000
 ADOPT_EVERY_S = 0.5
+OFFSETS_EVERY_S = 1.0  # the leader proposes its consumer offset table this often when it changed
 FETCH_CHUNK = 1024 * 1024  # CommitLog bytes per ORBIT_RAFT_GROUP_READ_LOG answer
 
 def group_peers(spec: str) -> dict[str, str]:
@@ -91,6 +94,9 @@ class RaftGroupService:
         self._fetch: asyncio.Task[None] | None = None
         self.fetched_bytes = 0
         self.sm.on_behind = self._on_behind
+        self.sm.register_command(OFFSETS, self._apply_offsets, internal=True)
+        self._offsets_sent: dict[str, dict[int, int]] = {}
+        self.offsets_applied = 0
         self.role_changes = 0
         self.topics_adopted = 0
         ctx.store = RaftStore(self.real_store, self)  # type: ignore[assignment]
@@ -154,9 +160,38 @@ class RaftGroupService:
     async def run(self) -> None:
         """Topic configs are not in the Raft log: a member that holds queues of a topic it has no config for (the
         topic was created on another leader) adopts the topic, so it serves reads and registers it."""
+        last_offsets = 0.0
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(ADOPT_EVERY_S)
             self.adopt_topics()
+            if loop.time() - last_offsets >= OFFSETS_EVERY_S:
+                last_offsets = loop.time()
+                await self._propose_offsets()
+
+    # ---- consumer offsets: the leader's table goes through the log, followers adopt it ---------------------------
+    async def _propose_offsets(self) -> None:
+        if not self.driver.is_leader:
+            return
+        table = self.ctx.offsets.table()
+        if table == self._offsets_sent:
+            return
+        payload = orjson.dumps({k: {str(q): o for q, o in v.items()} for k, v in table.items()})
+        try:
+            await self.driver.propose(bytes((OFFSETS,)) + payload, PROPOSE_TIMEOUT_MS)
+        except (NotLeaderError, TimeoutError) as e:
+            log.info("raft group %s: consumer offsets not replicated this round: %s", self.group, e)
+            return
+        self._offsets_sent = table
+
+    def _apply_offsets(self, index: int, payload: bytes) -> None:
+        """Followers take the leader's table as it stands (the leader is where consumers commit); the leader that
+        proposed it has it already."""
+        if self.driver.is_leader:
+            return
+        raw = orjson.loads(payload)
+        self.ctx.offsets.replace_all({k: {int(q): int(o) for q, o in v.items()} for k, v in raw.items()})
+        self.offsets_applied += 1
 
     def adopt_topics(self) -> None:
         adopted = self.ctx.topics.adopt_topics_with_data(self.real_store.cq_table.queue_max_offsets())

@@ -42,8 +42,11 @@ class GroupStateMachine:
         self.on_behind: Callable[[int], None] | None = None  # told the snapshot's end offset to fetch up to
         self.apply_errors = 0
 
-    def register_command(self, entry_type: int, apply: CommandApply) -> None:
-        check_command_type(entry_type)
+    def register_command(self, entry_type: int, apply: CommandApply, *, internal: bool = False) -> None:
+        """apply(index, payload) for committed entries of `entry_type` (0x10..0x7F; `internal`: this package's own
+        types below 0x10)."""
+        if not internal:
+            check_command_type(entry_type)
         if entry_type in self._commands:
             raise ValueError(f"command entry type {entry_type:#x} is already registered")
         self._commands[entry_type] = apply
