@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 
 from orbitmq.base.errors import RemotingConnectError, RemotingTimeoutError
@@ -41,6 +42,7 @@ class RemotingClient:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         name: str = "client",
         sign: Callable[[RemotingCommand], object] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._handler = request_handler
         self._sign = sign  # applied to every request sent (e.g. the cluster secret's signature)
@@ -48,6 +50,7 @@ class RemotingClient:
         self._idle_timeout_s = idle_timeout_s
         self._max_frame_size = max_frame_size
         self.name = name
+        self._ssl = ssl_context  # every connection is TLS when set (remoting/tls.py client_context)
         self._conns: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
         self._closed = False
@@ -103,9 +106,14 @@ class RemotingClient:
 
         try:
             async with asyncio.timeout(timeout / 1000.0):
-                _, conn = await loop.create_connection(factory, host, port)
+                if self._ssl is None:
+                    _, conn = await loop.create_connection(factory, host, port)
+                else:
+                    _, conn = await loop.create_connection(factory, host, port, ssl=self._ssl, server_hostname=host)
         except TimeoutError:
             raise RemotingConnectError(f"connect to {addr} timed out after {timeout} ms") from None
+        except ssl.SSLError as e:
+            raise RemotingConnectError(f"TLS handshake with {addr} failed: {e.reason or e}") from None
         except OSError as e:
             raise RemotingConnectError(f"connect to {addr} failed: {e.strerror or e}") from None
         return conn

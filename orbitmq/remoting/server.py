@@ -5,6 +5,8 @@ ServerLimits (remoting/limits.py) bound connections (in all and per remote IP: o
 the time to finish a started frame and the bytes buffered in unfinished frames; each hit is counted via `on_limit`.
 Running out of descriptors on accept (EMFILE/ENFILE) is transient: the event loop stops accepting for a moment and
 then accepts again (asyncio and uvloop both do), so nothing here has to restart the listener.
+TLS (remoting/tls.py): "enforcing" serves TLS only; "permissive" runs its own accept loop that peeks at each new
+socket's first byte (0x16: a TLS handshake) and wraps it or not, backing off on EMFILE like the event loop does.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import errno
 import logging
 import os
 import socket
+import ssl
 from collections.abc import Callable
 
 from orbitmq.base.errors import ConfigError
@@ -31,6 +34,10 @@ from orbitmq.remoting.limits import (
     InputBudget,
     ServerLimits,
 )
+from orbitmq.remoting.tls import HANDSHAKE_TIMEOUT_S, looks_like_tls
+
+_ACCEPT_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+ACCEPT_BACKOFF_S = 0.2
 
 log = logging.getLogger("orbitmq.remoting")
 
@@ -45,6 +52,11 @@ def bind_error_text(host: str, port: int, exc: OSError) -> str:
     else:
         reason = str(exc) or type(exc).__name__
     return f"cannot listen on {host}:{port}: {reason}"
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class RemotingServer:
@@ -63,6 +75,8 @@ class RemotingServer:
         backlog: int = 1024,
         limits: ServerLimits | None = None,
         on_limit: Callable[[str], None] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        tls_mode: str = "enforcing",
     ) -> None:
         self._handler = handler
         self.host = host
@@ -81,6 +95,13 @@ class RemotingServer:
         self._per_ip: dict[str, int] = {}
         self.refused_count = 0
         self.input_budget = InputBudget(self.limits.input_buffer_budget, self._limit_hit)
+        self._ssl = ssl_context
+        self.tls_mode = "disabled" if ssl_context is None else tls_mode  # "enforcing" or "permissive"
+        self._listen_sock: socket.socket | None = None
+        self._accept_task: asyncio.Task[None] | None = None
+        self._sniffing: set[asyncio.Task[None]] = set()
+        self.tls_accepted = 0
+        self.plain_accepted = 0
 
     @property
     def connections(self) -> frozenset[Connection]:
@@ -144,21 +165,117 @@ class RemotingServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        if self.tls_mode == "permissive":
+            await self._start_permissive(loop)
+            return
         try:
             self._server = await loop.create_server(
-                self._make_connection, self.host, self.port, reuse_address=True, backlog=self._backlog
+                self._make_connection, self.host, self.port, reuse_address=True, backlog=self._backlog,
+                ssl=self._ssl, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if self._ssl is not None else None,
             )
         except OSError as e:
             raise ConfigError(bind_error_text(self.host, self.port, e)) from None
         sockets = self._server.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
-        log.info("%s listening on %s:%d", self.name, self.host, self.port)
+        log.info("%s listening on %s:%d%s", self.name, self.host, self.port,
+                 " (TLS only)" if self._ssl is not None else "")
+
+    # ---- permissive TLS: plain and TLS on one port --------------------------------------------------
+    async def _start_permissive(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            family = infos[0][0]
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(infos[0][4])
+                sock.listen(self._backlog)
+                sock.setblocking(False)
+            except BaseException:
+                sock.close()
+                raise
+        except OSError as e:
+            raise ConfigError(bind_error_text(self.host, self.port, e)) from None
+        self._listen_sock = sock
+        self.port = sock.getsockname()[1]
+        self._accept_task = loop.create_task(self._accept_loop(loop, sock))
+        log.info("%s listening on %s:%d (TLS permissive: plain and TLS)", self.name, self.host, self.port)
+
+    async def _accept_loop(self, loop: asyncio.AbstractEventLoop, lsock: socket.socket) -> None:
+        while True:
+            try:
+                conn_sock, _ = await loop.sock_accept(lsock)
+            except asyncio.CancelledError:
+                raise
+            except OSError as e:
+                if e.errno in _ACCEPT_RESOURCE_ERRNOS:  # out of descriptors/buffers: transient, back off
+                    log.warning("%s: accept failed (%s), retrying in %.1f s", self.name, os.strerror(e.errno or 0),
+                                ACCEPT_BACKOFF_S)
+                    await asyncio.sleep(ACCEPT_BACKOFF_S)
+                    continue
+                log.warning("%s: accept failed: %s", self.name, e)
+                continue
+            task = loop.create_task(self._sniff(loop, conn_sock))
+            self._sniffing.add(task)
+            task.add_done_callback(self._sniffing.discard)
+
+    async def _sniff(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+        """Wait for the first byte (bounded by the handshake timeout), then hand the socket over, wrapped in
+        TLS when that byte opens a handshake record."""
+        sock.setblocking(False)
+        try:
+            first = await asyncio.wait_for(self._peek(loop, sock), HANDSHAKE_TIMEOUT_S)
+        except (TimeoutError, OSError):
+            sock.close()
+            return
+        except asyncio.CancelledError:
+            sock.close()
+            raise
+        if not first:
+            sock.close()  # closed before saying anything
+            return
+        tls = looks_like_tls(first)
+        try:
+            if tls:
+                self.tls_accepted += 1
+                await loop.connect_accepted_socket(self._make_connection, sock, ssl=self._ssl,
+                                                   ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
+            else:
+                self.plain_accepted += 1
+                await loop.connect_accepted_socket(self._make_connection, sock)
+        except (OSError, ssl.SSLError, TimeoutError) as e:
+            log.info("%s: %s connection setup failed: %s", self.name, "TLS" if tls else "plain", e)
+            sock.close()
+
+    @staticmethod
+    async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
+        while True:
+            try:
+                return sock.recv(1, socket.MSG_PEEK)
+            except BlockingIOError:
+                pass
+            fut: asyncio.Future[None] = loop.create_future()
+            fd = sock.fileno()
+            loop.add_reader(fd, _wake, fut)
+            try:
+                await fut
+            finally:
+                loop.remove_reader(fd)
 
     async def stop(self) -> None:
         server, self._server = self._server, None
         if server is not None:
             server.close()
+        task, self._accept_task = self._accept_task, None
+        if task is not None:
+            task.cancel()
+            for t in list(self._sniffing):
+                t.cancel()
+            await asyncio.gather(task, *self._sniffing, return_exceptions=True)
+        lsock, self._listen_sock = self._listen_sock, None
+        if lsock is not None:
+            lsock.close()
         conns = list(self._connections)
         for conn in conns:
             conn.close()
