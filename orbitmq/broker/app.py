@@ -34,6 +34,7 @@ from orbitmq.broker.handlers.guard import guarded
 from orbitmq.broker.long_poll import HoldLimits
 from orbitmq.broker.metadata.groups import SubscriptionGroupManager
 from orbitmq.broker.metadata.offsets import ConsumerOffsetManager
+from orbitmq.broker.metadata.quota import AutoCreateQuota
 from orbitmq.broker.metadata.topics import TopicConfigManager
 from orbitmq.broker.metrics import BrokerMetrics
 from orbitmq.broker.registration import BrokerRegistration
@@ -43,6 +44,7 @@ from orbitmq.broker.stats import BrokerStats
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.remoting import RemotingClient, RemotingServer
 from orbitmq.remoting.limits import ServerLimits
+from orbitmq.remoting.tls import outgoing_context, server_config_of, server_context
 from orbitmq.store import MessageStore, StoreConfig, StoreInUseError
 
 log = logging.getLogger("orbitmq.broker")
@@ -142,8 +144,11 @@ class Broker:
         offsets.load()
         clients = ClientRegistry(cfg.client_channel_max_idle_time_seconds * 1000, self.clock.now_ms)
         ctx = BrokerContext(cfg, store, topics, groups, offsets, clients, BrokerStats(), cfg.broker_addr)
+        topics.quota = groups.quota = AutoCreateQuota(lambda: ctx.config.auto_create_per_client_per_minute,
+                                                      ctx.stats.limit_hit)
         self._client = RemotingClient(request_handler=self._on_outer_request, name="broker-outer",
-                                      sign=cluster_signer(cfg.cluster_secret))
+                                      sign=cluster_signer(cfg.cluster_secret),
+                                      ssl_context=outgoing_context(cfg))  # tlsEnable: name servers, brokers
         self.registration = BrokerRegistration(lambda: ctx.config, topics, self._client,
                                                lambda: _heartbeat_store_state(store))
         ctx.request_register = self.registration.request_soon
@@ -241,13 +246,14 @@ class Broker:
         try:
             limits = ServerLimits(cfg.server_max_connections, cfg.server_max_connections_per_ip,
                                   cfg.server_frame_deadline_ms, cfg.server_input_buffer_budget)
+            tls = server_context(server_config_of(cfg))  # ConfigError (one line) on unreadable files
             self.server = RemotingServer(handlers[0], cfg.bind_address, cfg.listen_port, name="broker",
                                          on_close=self._on_connection_closed, limits=limits,
-                                         on_limit=self._limit_hit)
+                                         on_limit=self._limit_hit, ssl_context=tls, tls_mode=cfg.tls_server_mode)
             await self.server.start()
             self.vip_server = RemotingServer(handlers[1], cfg.bind_address, cfg.vip_listen_port, name="broker-vip",
                                              on_close=self._on_connection_closed, limits=limits,
-                                             on_limit=self._limit_hit)
+                                             on_limit=self._limit_hit, ssl_context=tls, tls_mode=cfg.tls_server_mode)
             await self.vip_server.start()
             if self.server.port != cfg.listen_port:  # port 0 (tests): the real port is known only now
                 self.config = cfg = dataclasses.replace(cfg, listen_port=self.server.port)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from orbitmq.broker.metadata.quota import REQUESTER
 from orbitmq.protocol import RemotingCommand, ResponseCode
 
 _NOT_SUPPORTED = int(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
@@ -35,6 +36,7 @@ class Router:
             refused = self.check(conn, cmd)
             if refused is not None:
                 return None if cmd.is_oneway else refused
+        REQUESTER.set(conn)  # who auto-creates topics/groups (metadata/quota.py); a handler's task inherits it
         return handler(conn, cmd)
 
     def add(self, table: Mapping[int, Any]) -> None:

@@ -118,6 +118,8 @@ class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
             return cfg
         if not (self._config.auto_create_subscription_group or group.startswith(SYS_CONSUMER_GROUP_PREFIX)):
             return None
+        if self.quota is not None:
+            self.quota.admit(f"subscription group [{group}]")  # AutoCreateRefused over the per-client cap
         cfg = SubscriptionGroupConfig(group)
         self._table[group] = cfg
         self._changed()

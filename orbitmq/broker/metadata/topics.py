@@ -160,6 +160,8 @@ class TopicConfigManager(VersionedTable[TopicConfig]):
             perm = Perm.READ | Perm.WRITE
         if not perm & Perm.INHERIT:
             return None
+        if self.quota is not None:
+            self.quota.admit(f"topic [{topic}]")  # AutoCreateRefused over the per-client cap
         queue_nums = max(0, min(default_queue_nums, template.write_queue_nums))
         tc = TopicConfig(
             topic_name=topic,

@@ -12,6 +12,7 @@ import orjson
 
 from orbitmq.base.fsio import atomic_write
 from orbitmq.broker.metadata.data_version import DataVersion, load_config_file
+from orbitmq.broker.metadata.quota import AutoCreateQuota
 
 C = TypeVar("C")
 
@@ -25,6 +26,7 @@ class VersionedTable(Generic[C]):
         self._table: dict[str, C] = {}
         self.data_version = DataVersion()
         self.on_change: Callable[[], None] | None = None
+        self.quota: AutoCreateQuota | None = None  # per-client cap on auto-creation (topics on send, groups)
 
     @property
     def path(self) -> str:
