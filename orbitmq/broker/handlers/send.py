@@ -35,7 +35,7 @@ from orbitmq.protocol import (
     RequestCode,
     ResponseCode,
 )
-from orbitmq.protocol.headers import SendMessageRequestHeader
+from orbitmq.protocol.headers import SendMessageRequestHeader, decode_send_v2
 from orbitmq.remoting.connection import DEFERRED, Deferred
 from orbitmq.store import STORED_STATUSES, MessageInner, PutResult, PutStatus
 from orbitmq.store.schedule import delay_table
@@ -157,7 +157,8 @@ class SendProcessor:
         (no task per send). A put that also waits for a slave (SYNC_MASTER), or any wait with `defer` false,
         becomes a coroutine (the connection runs it as a task)."""
         try:
-            h = _decode_header(req.ext_fields)  # the header, decoded and range-checked once (V1 or V2 keys)
+            raw = req.ext_fields  # the header, decoded and range-checked once: the common V2 shape in one call
+            h = decode_send_v2(SendMessageRequestHeader, raw) or _decode_header(raw)
             if h.batch or req.code == _SEND_BATCH:  # the C++ client marks batches with batch="1": h.batch too
                 msgs, queue_id = self._prepare_batch(conn, req, h)
             else:
