@@ -115,6 +115,17 @@ class BrokerConfig:
     long_polling_max_hold_ms: int = _opt(60_000, hot=True)  # cap on a pull's suspendTimeoutMillis
     long_polling_max_held_per_connection: int = _opt(1_000, hot=True)  # over it: SYSTEM_BUSY at once
     long_polling_max_held: int = _opt(100_000, hot=True)
+    # TLS (remoting/tls.py; docs/design/security.md "TLS"), RocketMQ tls.properties names; off by default
+    tls_enable: bool = _opt(False)  # outgoing links (name servers, other brokers) use TLS
+    tls_server_mode: str = _opt("disabled")  # disabled / permissive (plain and TLS) / enforcing; main and VIP
+    tls_server_cert_path: str = _opt("")
+    tls_server_key_path: str = _opt("")
+    tls_server_trust_cert_path: str = _opt("")  # CA for client certificates
+    tls_server_need_client_auth: str = _opt("none")  # none / optional / require
+    tls_client_cert_path: str = _opt("")
+    tls_client_key_path: str = _opt("")
+    tls_client_trust_cert_path: str = _opt("")
+    tls_client_auth_server: bool = _opt(False)  # verify servers against tls.client.trustCertPath
     # transactions (used by the transaction service when it lands)
     transaction_timeout: int = _opt(6000, hot=True)
     transaction_check_max: int = _opt(15, hot=True)

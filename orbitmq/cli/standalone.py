@@ -102,6 +102,11 @@ def standalone_command(config_path: str | None, data_dir: str | None, namesrv_po
     ns_cfg, _ = load_namesrv_settings(None, port=ns_port, kv_config_path=os.path.abspath(os.path.expanduser(kv_path)))
     ns_cfg = dataclasses.replace(ns_cfg, listen_host=settings.broker.bind_address,  # bindAddress: both servers
                                  cluster_secret=settings.broker.cluster_secret)
+    b = settings.broker  # the broker's tls.server.* keys serve the name server port too
+    ns_cfg = dataclasses.replace(ns_cfg, tls_server_mode=b.tls_server_mode, tls_server_cert_path=b.tls_server_cert_path,
+                                 tls_server_key_path=b.tls_server_key_path,
+                                 tls_server_trust_cert_path=b.tls_server_trust_cert_path,
+                                 tls_server_need_client_auth=b.tls_server_need_client_auth)
     print_warnings(settings.warnings)
     check_writable_dir(settings.store.store_path_root_dir, "store path")
     check_writable_dir(os.path.dirname(ns_cfg.kv_config_path), "name server KV directory")

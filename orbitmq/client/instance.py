@@ -17,6 +17,7 @@ import logging
 import os
 import random
 import socket
+import ssl
 from typing import Any, ClassVar, Protocol
 
 from orbitmq.base import marks
@@ -31,6 +32,7 @@ from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjso
 from orbitmq.protocol.acl_sign import SessionCredentials, sign_request
 from orbitmq.protocol.bodies import ConsumerData, HeartbeatData, ProducerData, ResetOffsetBody, TopicRouteData
 from orbitmq.remoting import Connection, RemotingClient
+from orbitmq.remoting.tls import client_context
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,15 @@ def split_namesrv(namesrv: str) -> list[str]:
     return addrs
 
 
+TlsOption = bool | ssl.SSLContext | None  # True: TLS without checking the server (RocketMQ's default test mode)
+
+
+def tls_context(tls: TlsOption) -> ssl.SSLContext | None:
+    if tls is None or tls is False:
+        return None
+    return client_context() if tls is True else tls
+
+
 class ClientInstance:
     _registry: ClassVar[dict[tuple[int, str, str, str], ClientInstance]] = {}
 
@@ -103,15 +114,17 @@ class ClientInstance:
 
     def __init__(self, namesrv: str, instance_name: str | None = None, client_ip: str | None = None,
                  credentials: SessionCredentials | None = None,
-                 namesrv_credentials: SessionCredentials | None = None) -> None:
+                 namesrv_credentials: SessionCredentials | None = None, tls: TlsOption = None) -> None:
         self.namesrv_addrs = split_namesrv(namesrv)
+        self.tls = tls
         self.credentials = credentials  # set: every request is signed (RocketMQ ACL, protocol/acl_sign.py)
         # set: requests to the name servers are signed with these instead (the cluster secret, for admin writes)
         self.namesrv_credentials = namesrv_credentials
         self.client_ip = client_ip or local_ip()
         self.instance_name = instance_name or f"{os.getpid()}#{now_ms() * 1000 + next(_instance_seq)}"
         self.client_id = f"{self.client_ip}@{self.instance_name}"
-        self.remoting = RemotingClient(self._on_request)
+        # tls: every connection (name servers and brokers) is TLS, as RocketMQ's useTLS (remoting/tls.py)
+        self.remoting = RemotingClient(self._on_request, ssl_context=tls_context(tls))
         self.routes = RouteCache()
         self.producers: dict[str, ProducerHook | None] = {}
         self.consumers: dict[str, ConsumerHook] = {}
@@ -129,18 +142,19 @@ class ClientInstance:
     @classmethod
     async def acquire(cls, namesrv: str, instance_name: str | None = None,
                       credentials: SessionCredentials | None = None,
-                      namesrv_credentials: SessionCredentials | None = None) -> ClientInstance:
+                      namesrv_credentials: SessionCredentials | None = None, tls: TlsOption = None) -> ClientInstance:
         """The shared instance for this loop + name servers + instance name + keys (created and started on first
         use); `credentials`: sign every request, `namesrv_credentials`: sign those to name servers with these
         instead (clients with other keys get their own instance)."""
         loop = asyncio.get_running_loop()
         key = (id(loop), ";".join(sorted(split_namesrv(namesrv))), instance_name or "",
                (credentials.access_key if credentials is not None else "")
-               + ("+ns" if namesrv_credentials is not None else ""))
+               + ("+ns" if namesrv_credentials is not None else "") + ("" if not tls else f"+tls{id(tls)}"))
         inst = cls._registry.get(key)
         if (inst is None or inst._loop is not loop  # a dead loop's id may be reused
                 or inst.credentials != credentials or inst.namesrv_credentials != namesrv_credentials):
-            inst = cls(namesrv, instance_name, credentials=credentials, namesrv_credentials=namesrv_credentials)
+            inst = cls(namesrv, instance_name, credentials=credentials, namesrv_credentials=namesrv_credentials,
+                       tls=tls)
             inst._key = key
             inst._loop = loop
             cls._registry[key] = inst

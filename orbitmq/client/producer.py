@@ -28,7 +28,7 @@ from orbitmq.client.errors import (
     ResponseError,
     error_for_response,
 )
-from orbitmq.client.instance import AUTO_CREATE_TOPIC_KEY, ClientInstance, session_credentials
+from orbitmq.client.instance import AUTO_CREATE_TOPIC_KEY, ClientInstance, TlsOption, session_credentials
 from orbitmq.client.route_cache import PublishInfo
 from orbitmq.client.tasks import TaskSet
 from orbitmq.model import Message, MessageQueue, Prop, UniqIdGenerator, encode_properties
@@ -176,7 +176,7 @@ class Producer:
                  instance_name: str | None = None, compress_level: int = 5, auto_batch: bool = False,
                  auto_batch_max_messages: int = AUTO_BATCH_MAX_MESSAGES, auto_batch_max_bytes: int = AUTO_BATCH_MAX_BYTES,
                  auto_batch_linger_ms: float = 0, access_key: str | None = None, secret_key: str | None = None,
-                 _internal: bool = False) -> None:
+                 tls: TlsOption = None, _internal: bool = False) -> None:
         """auto_batch: concurrent send() calls of batchable messages (same topic and WAIT, no explicit queue, no
         delay/timer/transaction, not %RETRY%, body <= compress_over_bytes) made in the same event-loop iteration
         (or within auto_batch_linger_ms of the first) go out as one SEND_BATCH_MESSAGE of at most
@@ -194,6 +194,7 @@ class Producer:
         self.dedup = dedup
         self.instance_name = instance_name
         self.credentials = session_credentials(access_key, secret_key)  # RocketMQ ACL: sign every request
+        self.tls = tls  # True or an ssl.SSLContext: TLS to name servers and brokers
         self.auto_batch = auto_batch
         self.auto_batch_max_messages = auto_batch_max_messages
         self.auto_batch_max_bytes = min(auto_batch_max_bytes, MAX_MESSAGE_SIZE)
@@ -210,7 +211,7 @@ class Producer:
     async def start(self) -> None:
         if self._inst is not None:
             return
-        inst = await ClientInstance.acquire(self.namesrv, self.instance_name, self.credentials)
+        inst = await ClientInstance.acquire(self.namesrv, self.instance_name, self.credentials, tls=self.tls)
         if not self._internal:
             try:
                 inst.register_producer(self.group, self)

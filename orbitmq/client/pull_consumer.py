@@ -11,7 +11,7 @@ from typing import Any
 from orbitmq.client import broker_api
 from orbitmq.client.broker_api import PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND, PullResult
 from orbitmq.client.errors import ClientError, ClientStateError, NoRouteError
-from orbitmq.client.instance import ClientInstance, session_credentials
+from orbitmq.client.instance import ClientInstance, TlsOption, session_credentials
 from orbitmq.model import MessageExt, MessageQueue, tags_of_expression
 from orbitmq.protocol.bodies import ConsumerData, SubscriptionData
 
@@ -19,11 +19,13 @@ from orbitmq.protocol.bodies import ConsumerData, SubscriptionData
 class PullConsumer:
     def __init__(self, group: str, namesrv: str, *, instance_name: str | None = None,
                  broker_suspend_max_ms: int = 20_000, max_reconsume_times: int = 16,
-                 access_key: str | None = None, secret_key: str | None = None) -> None:
+                 access_key: str | None = None, secret_key: str | None = None,
+                 tls: TlsOption = None) -> None:
         self.group = group
         self.namesrv = namesrv
         self.instance_name = instance_name
         self.credentials = session_credentials(access_key, secret_key)  # RocketMQ ACL: sign every request
+        self.tls = tls  # True or an ssl.SSLContext: TLS to name servers and brokers
         self.broker_suspend_max_ms = broker_suspend_max_ms
         self.max_reconsume_times = max_reconsume_times
         self._inst: ClientInstance | None = None
@@ -33,7 +35,7 @@ class PullConsumer:
     async def start(self) -> None:
         if self._inst is not None:
             return
-        inst = await ClientInstance.acquire(self.namesrv, self.instance_name, self.credentials)
+        inst = await ClientInstance.acquire(self.namesrv, self.instance_name, self.credentials, tls=self.tls)
         try:
             inst.register_consumer(self.group, self)
         except ClientError:

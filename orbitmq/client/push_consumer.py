@@ -27,7 +27,7 @@ from orbitmq.client.consume import (
     call_listener,
 )
 from orbitmq.client.errors import ClientError, ClientStateError, FlowControlError, ResponseError
-from orbitmq.client.instance import ClientInstance, session_credentials
+from orbitmq.client.instance import ClientInstance, TlsOption, session_credentials
 from orbitmq.client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from orbitmq.client.process_queue import ProcessQueue
 from orbitmq.client.producer import Producer
@@ -67,7 +67,8 @@ class PushConsumer:
                  lock_interval_ms: int = 20_000, suspend_ms: int = 15_000, pull_timeout_ms: int = 30_000,
                  listener_in_thread: bool = True, max_reconsume_times: int = MAX_RECONSUME_TIMES,
                  lock_max_live_ms: int = 30_000,
-                 access_key: str | None = None, secret_key: str | None = None) -> None:
+                 access_key: str | None = None, secret_key: str | None = None,
+                 tls: TlsOption = None) -> None:
         if message_model not in ("CLUSTERING", "BROADCASTING"):
             raise ClientStateError(f"message_model must be CLUSTERING or BROADCASTING, not {message_model!r}")
         if consume_from_where not in CONSUME_FROM:
@@ -85,6 +86,7 @@ class PushConsumer:
         self.persist_offset_interval_ms = persist_offset_interval_ms
         self.instance_name = instance_name
         self.credentials = session_credentials(access_key, secret_key)  # RocketMQ ACL: sign every request
+        self.tls = tls  # True or an ssl.SSLContext: TLS to name servers and brokers
         self.offsets_dir = Path(offsets_dir) if offsets_dir else Path.home() / ".orbitmq_offsets"
         self.consume_concurrency = consume_concurrency
         self.strategy: AllocateStrategy = allocate_strategy or AllocateAveragely()
@@ -146,7 +148,7 @@ class PushConsumer:
         if self.clustering and self.retry_topic not in self._subs:
             sd = SubscriptionData.of_expression(self.retry_topic, "*", now_ms())
             self._subs[self.retry_topic] = _Sub(self.retry_topic, "*", sd, None, None)
-        inst = await ClientInstance.acquire(self.namesrv, self.instance_name, self.credentials)
+        inst = await ClientInstance.acquire(self.namesrv, self.instance_name, self.credentials, tls=self.tls)
         try:
             inst.register_consumer(self.group, self)
         except ClientError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from orbitmq.base.clock import now_ms
 from orbitmq.client import broker_api
 from orbitmq.client.errors import ClientStateError, NoRouteError
-from orbitmq.client.instance import ClientInstance, session_credentials
+from orbitmq.client.instance import ClientInstance, TlsOption, session_credentials
 from orbitmq.model import MessageExt, Prop
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 
@@ -36,7 +36,8 @@ def _handle_parts(handle: str) -> list[str]:
 class SimpleConsumer:
     def __init__(self, group: str, namesrv: str, topic: str, expression: str = "*", *,
                  instance_name: str | None = None, init_mode: str = "MIN", timeout_ms: int = 3000,
-                 access_key: str | None = None, secret_key: str | None = None) -> None:
+                 access_key: str | None = None, secret_key: str | None = None,
+                 tls: TlsOption = None) -> None:
         if init_mode not in _INIT_MODES:
             raise ValueError(f"init_mode must be MIN or MAX, not {init_mode!r}")
         self.group = group
@@ -45,6 +46,7 @@ class SimpleConsumer:
         self.expression = expression or "*"
         self.instance_name = instance_name
         self.credentials = session_credentials(access_key, secret_key)  # RocketMQ ACL: sign every request
+        self.tls = tls  # True or an ssl.SSLContext: TLS to name servers and brokers
         self.init_mode = init_mode
         self.timeout_ms = timeout_ms
         self._inst: ClientInstance | None = None
@@ -52,7 +54,7 @@ class SimpleConsumer:
 
     async def start(self) -> None:
         if self._inst is None:
-            self._inst = await ClientInstance.acquire(self.namesrv, self.instance_name, self.credentials)
+            self._inst = await ClientInstance.acquire(self.namesrv, self.instance_name, self.credentials, tls=self.tls)
 
     async def shutdown(self) -> None:
         inst, self._inst = self._inst, None

@@ -44,6 +44,12 @@ class NamesrvConfig:
     metrics_prom_exporter_port: int = 5557
     # REGISTER/UNREGISTER_BROKER, BROKER_HEARTBEAT, QUERY_DATA_VERSION need this secret's signature ("" = off)
     cluster_secret: str = ""
+    # TLS for the listener (remoting/tls.py; docs/design/security.md "TLS"), RocketMQ tls.properties names
+    tls_server_mode: str = "disabled"  # disabled / permissive (plain and TLS) / enforcing
+    tls_server_cert_path: str = ""
+    tls_server_key_path: str = ""
+    tls_server_trust_cert_path: str = ""  # CA for client certificates
+    tls_server_need_client_auth: str = "none"  # none / optional / require
 
     def validate(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -63,6 +69,11 @@ CONF_KEYS: dict[str, str] = {
     "listenHost": "listen_host",
     "bindAddress": "listen_host",
     "clusterSecret": "cluster_secret",
+    "tls.server.mode": "tls_server_mode",
+    "tls.server.certPath": "tls_server_cert_path",
+    "tls.server.keyPath": "tls_server_key_path",
+    "tls.server.trustCertPath": "tls_server_trust_cert_path",
+    "tls.server.need.client.auth": "tls_server_need_client_auth",
     "scanNotActiveBrokerInterval": "scan_not_active_broker_interval_ms",
     "brokerChannelExpiredTime": "broker_channel_expired_time_ms",
     "orderMessageEnable": "order_message_enable",

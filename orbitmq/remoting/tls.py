@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass
+from typing import Any
 
 from orbitmq.base.errors import ConfigError
 
@@ -109,3 +110,23 @@ def client_context(cfg: TlsClientConfig | None = None) -> ssl.SSLContext:
 
 def looks_like_tls(first_byte: bytes) -> bool:
     return bool(first_byte) and first_byte[0] == TLS_RECORD_HANDSHAKE
+
+
+def server_config_of(cfg: Any) -> TlsServerConfig:
+    """From a broker / name server / controller config with the tls_server_* fields (absent = disabled)."""
+    return TlsServerConfig(getattr(cfg, "tls_server_mode", "disabled"), getattr(cfg, "tls_server_cert_path", ""),
+                           getattr(cfg, "tls_server_key_path", ""), getattr(cfg, "tls_server_trust_cert_path", ""),
+                           getattr(cfg, "tls_server_need_client_auth", "none"))
+
+
+def client_config_of(cfg: Any) -> TlsClientConfig:
+    """From a config with tls_enable and the tls_client_* fields (absent = plain)."""
+    return TlsClientConfig(bool(getattr(cfg, "tls_enable", False)), getattr(cfg, "tls_client_cert_path", ""),
+                           getattr(cfg, "tls_client_key_path", ""), getattr(cfg, "tls_client_trust_cert_path", ""),
+                           bool(getattr(cfg, "tls_client_auth_server", False)))
+
+
+def outgoing_context(cfg: Any) -> ssl.SSLContext | None:
+    """The context for a process's outgoing links, None unless tls_enable."""
+    c = client_config_of(cfg)
+    return client_context(c) if c.enable else None
