@@ -36,9 +36,8 @@ def test_quota_counts_per_client_per_window_and_ignores_internal_work() -> None:
     hits: list[str] = []
     limit = [2]
     q = AutoCreateQuota(lambda: limit[0], hits.append, clock)
-    q.admit("topic [x]")  # no requester (broker's own work): never limited
-    q.admit("topic [x]")
-    q.admit("topic [x]")
+    for _ in range(3):  # no requester (the broker's own work, in a context no request set): never limited
+        contextvars.Context().run(q.admit, "topic [x]")
 
     def as_client(addr: str, what: str) -> None:
         REQUESTER.set(FakeConn(addr))
@@ -94,7 +93,7 @@ def test_sends_and_pulls_over_the_cap_are_refused_through_the_router(ctx):  # no
     # another client still can; direct calls by the broker itself are never limited
     other = FakeConn("192.0.2.10:4000")
     assert call(send_req("Auto3"), other).code == ResponseCode.SUCCESS
-    assert c.groups.find_or_create("Internal") is not None
+    assert contextvars.Context().run(c.groups.find_or_create, "Internal") is not None
 
 
 def test_a_handler_task_inherits_the_requester(ctx):  # noqa: F811
