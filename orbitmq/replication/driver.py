@@ -39,6 +39,8 @@ class ReplicationConfig:
     reconnect_min_ms: int = 100
     reconnect_max_ms: int = 3_000
     cluster_secret: str = ""  # set: a slave proves it before any data (ha_auth.py)
+    server_ssl: Any = None  # ssl.SSLContext: the master's HA port speaks TLS only (remoting/tls.py)
+    client_ssl: Any = None  # ssl.SSLContext: the slave connects with TLS
 
 
 class HAServer:
@@ -60,7 +62,8 @@ class HAServer:
             ev.set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.config.host, self.config.port)
+        self._server = await asyncio.start_server(self._handle, self.config.host, self.config.port,
+                                                  ssl=self.config.server_ssl)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("HA server listening on %s:%d (epoch %d)", self.config.host, self.port, self.master.epoch)
 
@@ -206,7 +209,9 @@ class HAClient:
         """One connection; True if it carried data (resets the backoff)."""
         host, _, port = addr.rpartition(":")
         self.connect_failed = True
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 3)
+        ssl_ctx = self.config.client_ssl
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, int(port), ssl=ssl_ctx, server_hostname=host if ssl_ctx else None), 3)
         self.connect_failed = False
         self._writer = writer
         self.connected = True

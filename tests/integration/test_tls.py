@@ -16,9 +16,12 @@ from orbitmq.base.errors import OrbitMQError
 from orbitmq.client import Producer, PullConsumer, PullStatus, SendStatus
 from orbitmq.client.errors import NoRouteError
 from orbitmq.model import Message
+from orbitmq.protocol import RemotingCommand, RequestCode
+from orbitmq.protocol.bodies import KVTable
+from orbitmq.remoting import RemotingClient
 from orbitmq.remoting.tls import TlsClientConfig, client_context
 from orbitmq.testing.certs import Pki, make_pki
-from orbitmq.testing.procs import LOCALHOST, Standalone
+from orbitmq.testing.procs import LOCALHOST, BrokerCluster, Standalone
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -92,3 +95,45 @@ def test_enforcing_refuses_plain_clients(tmp_path: Path) -> None:
                 pass
     finally:
         sa.close()
+
+
+def test_master_slave_over_tls_replicates(tmp_path: Path) -> None:
+    """Brokers enforcing TLS with tlsEnable: registration, slave metadata sync and the HA stream all over TLS (the
+    name server permissive, so the harness's plain registration check still works)."""
+    pki = make_pki(tmp_path / "pki")
+    tls_keys = {**_tls_keys(pki, "enforcing"), "tlsEnable": "true"}
+    with BrokerCluster(tmp_path / "c", broker_defaults=tls_keys, **_tls_keys(pki, "permissive")) as cluster:
+        _, m = cluster.broker("broker-a", 0, "ASYNC_MASTER")
+        _, s = cluster.broker("broker-a", 1, "SLAVE")
+        ctx = client_context()
+
+        async def runtime(addr: str) -> dict[str, str]:
+            client = RemotingClient(name="tls-test", ssl_context=ctx)
+            try:
+                resp = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}),
+                                           3000)
+            finally:
+                await client.close()
+            return KVTable.from_json(resp.body).table
+
+        async def main() -> None:
+            async with Producer("tls_ha", namesrv=cluster.ns_addr, tls=True) as p:
+                for i in range(5):
+                    r = await p.send(Message("TlsHa", f"m{i}".encode(), {}))
+                    assert r.status == SendStatus.SEND_OK
+            deadline = time.monotonic() + 30
+            while True:
+                mr, sr = await runtime(m), await runtime(s)
+                if int(mr["commitLogMaxOffset"]) > 0 and mr["commitLogMaxOffset"] == sr["commitLogMaxOffset"]:
+                    break
+                assert time.monotonic() < deadline, f"slave not caught up over TLS: {mr} / {sr}"
+                await asyncio.sleep(0.1)
+
+        asyncio.run(main())
+        with socket.create_connection((LOCALHOST, cluster.procs[1].ports[0] + 1), timeout=5) as raw:
+            raw.settimeout(15)  # the master's HA port: a plain byte stream is no handshake, closed
+            raw.sendall(b"\0" * 64)
+            try:
+                assert raw.recv(100) == b""
+            except ConnectionResetError:
+                pass

@@ -38,6 +38,7 @@ from orbitmq.broker.services.metadata_sync import (
 )
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies import ClusterInfo, KVTable
+from orbitmq.remoting.tls import client_config_of, client_context, server_config_of, server_context
 from orbitmq.replication import HAClient, HAMaster, HAServer, ReplicationConfig
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,10 @@ class HAService:
             cluster_secret=cfg.cluster_secret,
             heartbeat_ms=cfg.ha_send_heartbeat_interval, housekeeping_ms=cfg.ha_housekeeping_interval,
             fallbehind_max=cfg.ha_slave_fallbehind_max,
+            # TLS on the HA link when tls.server.mode=enforcing (every broker of the group alike); permissive
+            # leaves the HA port plain
+            server_ssl=server_context(server_config_of(cfg)) if cfg.tls_server_mode == "enforcing" else None,
+            client_ssl=client_context(client_config_of(cfg)) if cfg.tls_server_mode == "enforcing" else None,
         )
         self.boot_ms = env.clock.now_ms()
         self.master: HAMaster | None = None
