@@ -234,7 +234,9 @@ class Broker:
         cfg = self.config
         self.acl = AclGuard(resolve_acl_file(cfg.acl_file_path, cfg.rocketmq_home, os.environ.get("ROCKETMQ_HOME")),
                             cfg.cluster_secret) if cfg.acl_enable else None  # bad plain_acl.yml: ConfigError now
-        self.store = store = self._load_store()
+        # off the event loop: a long crash recovery must not stall what shares the loop (a standalone's name
+        # server, signals); the ports are not bound yet, so clients see connection refused and retry
+        self.store = store = await asyncio.to_thread(self._load_store)
         self._routers = [Router({}), Router({})]
         for r in self._routers:
             r.accepting = False  # until the handlers are wired

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -262,6 +263,7 @@ class DedupService:
         self.snapshot_interval_s = max(1, cfg.dedup_snapshot_interval_seconds)
         self._covered = 0  # CommitLog offset the previous journal tick saw (the next line claims only this)
         self._journaled = 0  # table positions before this are in the journal
+        self.rebuild_seconds = 0.0  # the start-up rebuild's wall time (logged)
         # puts still waiting for their flush / slave (SYNC_FLUSH, SYNC_MASTER): key -> future of the final status,
         # and id(req) -> (req, future, keys) to settle them in after_put
         self._waiting: dict[str, asyncio.Future[Any]] = {}
@@ -406,7 +408,10 @@ class DedupService:
     # ---- recovery ----
     def rebuild(self) -> int:
         """Journal + CommitLog tail scan, then a new journal generation holding the result; returns how many
-        records the scan read."""
+        records the scan read. Synchronous: start() runs it in a worker thread."""
+        return self._rebuild(self.ctx.store.confirm_offset)
+
+    def _rebuild(self, end: int) -> int:
         now = self.env.clock.now_ms()
         start = -1
         bad = 0
@@ -428,10 +433,12 @@ class DedupService:
         if start < 0 or old:
             start = self._window_start(now)
         start = max(start, store.min_phys_offset)
-        scanned = self._scan(start, store.confirm_offset, now)
+        log.info("dedup: rebuilding from the journal (%d keys) and a CommitLog scan of %d bytes (%d to %d)",
+                 len(self.table), max(0, end - start), start, end)
+        scanned = self._scan(start, end, now)
         table = self.table
         table.evict(now)
-        self._covered = store.confirm_offset
+        self._covered = end
         try:
             self.journal.start_generation(table.to_json(self._covered) + b"\n", table.evicted_position, len(table))
             self._journaled = table.position
@@ -583,10 +590,21 @@ class DedupService:
         return {}
 
     async def start(self) -> None:
-        scanned = self.rebuild()
+        # The journal read and the tail scan run in a worker thread (the loop keeps answering: a standalone's name
+        # server, "starting" replies); nothing puts into the table meanwhile (the routers do not accept requests
+        # yet and the dispatch listener is not registered). Records confirmed during the scan (a slave's
+        # replication) are caught up on the loop afterwards.
+        store = self.ctx.store
+        end = store.confirm_offset
+        t0 = time.monotonic()
+        scanned = await asyncio.to_thread(self._rebuild, end)
+        if store.confirm_offset > end:
+            scanned += self._scan(end, store.confirm_offset, self.env.clock.now_ms())
         # at once after the scan (no await between): every record dispatched from now on is past what it read
-        self.ctx.store.add_dispatch_listener(self.on_dispatch)
-        log.info("dedup: %d keys remembered (%d CommitLog records scanned)", len(self.table), scanned)
+        store.add_dispatch_listener(self.on_dispatch)
+        self.rebuild_seconds = time.monotonic() - t0
+        log.info("dedup: %d keys remembered (%d CommitLog records scanned, %.1f s off the event loop)", len(self.table),
+                 scanned, self.rebuild_seconds)
 
     async def run(self) -> None:
         while True:
