@@ -11,6 +11,7 @@ from orbitmq.broker.context import BrokerContext
 from orbitmq.broker.filter import sql_limits
 from orbitmq.broker.filter.sql92 import SqlParseError, compile_sql92
 from orbitmq.broker.handlers.guard import guarded
+from orbitmq.broker.metadata.quota import AutoCreateRefused
 from orbitmq.model.names import consumer_group_error, group_error, topic_error
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_str, fastjson
 from orbitmq.protocol.bodies import HeartbeatData
@@ -87,7 +88,10 @@ class ClientManageProcessor:
         version = req.version
         for cd in data.consumer_data_set:
             group = cd.group_name
-            sgc = ctx.groups.find_or_create(group)
+            try:
+                sgc = ctx.groups.find_or_create(group)
+            except AutoCreateRefused as e:  # over the per-client cap: this and later groups are not registered
+                return req.response(ResponseCode.SYSTEM_ERROR, str(e))
             notify_enabled = True
             if sgc is not None:
                 notify_enabled = sgc.notify_consumer_ids_changed_enable

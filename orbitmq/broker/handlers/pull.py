@@ -13,6 +13,7 @@ from orbitmq.broker.context import BrokerContext
 from orbitmq.broker.filter import EXPRESSION_TYPE_SQL92, FilterCache, SqlParseError, sql_limits
 from orbitmq.broker.handlers.guard import guarded
 from orbitmq.broker.long_poll import LongPollService
+from orbitmq.broker.metadata.quota import AutoCreateRefused
 from orbitmq.model.enums import Perm
 from orbitmq.model.tags import java_hash, tags_of_expression
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_int, ext_str
@@ -114,7 +115,10 @@ class PullProcessor:
         cfg = ctx.config
         if not cfg.broker_permission & Perm.READ:
             return req.response(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] pulling message is forbidden")
-        sgc = ctx.groups.find_or_create(group)
+        try:
+            sgc = ctx.groups.find_or_create(group)
+        except AutoCreateRefused as e:
+            return req.response(ResponseCode.SYSTEM_ERROR, str(e))
         if sgc is None:
             return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                 f"subscription group [{group}] does not exist, apply first please!")

@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import dataclasses
 import inspect
+import json
 
 import pytest
 
@@ -86,8 +87,8 @@ def test_sends_and_pulls_over_the_cap_are_refused_through_the_router(ctx):  # no
     with pytest.raises(AutoCreateRefused, match=r"topic \[Auto3\] not created"):
         call(send_req("Auto3"))  # the connection answers SYSTEM_ERROR with this remark
     assert "Auto3" not in c.topics
-    with pytest.raises(AutoCreateRefused, match=r"subscription group \[NewGroup\] not created"):
-        call(pull_req("Auto0", 0, group="NewGroup"))
+    r = call(pull_req("Auto0", 0, group="NewGroup"))
+    assert r.code == ResponseCode.SYSTEM_ERROR and "subscription group [NewGroup] not created" in r.remark
     assert c.groups.get("NewGroup") is None
     assert c.stats.limits_hit["auto_create_per_client"] == 2
     # another client still can; direct calls by the broker itself are never limited
@@ -116,3 +117,33 @@ def test_a_handler_task_inherits_the_requester(ctx):  # noqa: F811
 
     asyncio.run(main())
     assert c.groups.get("G1") is not None and c.groups.get("G2") is None
+
+
+def test_heartbeat_over_the_cap_is_refused_and_check_client_config_applies_sql_limits(ctx):  # noqa: F811
+    from orbitmq.broker.handlers import heartbeat as hb
+    from orbitmq.protocol import RemotingCommand
+    from orbitmq.protocol.bodies import ConsumerData, HeartbeatData, SubscriptionData
+
+    c = ctx
+    c.config = dataclasses.replace(c.config, auto_create_per_client_per_minute=2, enable_property_filter=True)
+    c.topics.quota = c.groups.quota = AutoCreateQuota(lambda: c.config.auto_create_per_client_per_minute)
+    router = Router(hb.handlers(c))
+    conn = FakeConn("192.0.2.12:1")
+
+    def beat(groups: list[str]):
+        data = HeartbeatData("cid", [], [ConsumerData(g, subscription_data_set=[
+            SubscriptionData.of_expression("T", "*", 1)]) for g in groups])
+        req = RemotingCommand.request(RequestCode.HEART_BEAT, body=data.to_json())
+        return contextvars.copy_context().run(router, conn, req)
+
+    assert beat(["H1", "H2"]).code == ResponseCode.SUCCESS
+    assert beat(["H1", "H2"]).code == ResponseCode.SUCCESS  # known groups cost nothing
+    r = beat(["H3"])
+    assert r.code == ResponseCode.SYSTEM_ERROR and "subscription group [H3] not created" in r.remark
+    assert c.groups.get("H3") is None and "%RETRY%H3" not in c.topics
+    nested = "(" * 40 + "a > 1" + ")" * 40
+    body = json.dumps({"clientId": "c", "group": "H1", "subscriptionData": {
+        "topic": "T", "subString": nested, "expressionType": "SQL92"}}).encode()
+    r = contextvars.copy_context().run(router, conn, RemotingCommand.request(RequestCode.CHECK_CLIENT_CONFIG,
+                                                                            body=body))
+    assert r.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "deeper than 32" in r.remark
