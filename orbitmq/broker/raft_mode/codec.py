@@ -4,6 +4,7 @@ Pure functions, no I/O."""
 from __future__ import annotations
 
 import struct
+import zlib
 
 from orbitmq.base.errors import ProtocolError
 from orbitmq.model.properties import decode_properties_py, encode_properties
@@ -11,6 +12,7 @@ from orbitmq.store.results import MessageInner
 
 MESSAGES = 0x01  # a batch of messages for the CommitLog
 OFFSETS = 0x02  # the leader's consumer offset table (JSON {"topic@group": {"queueId": offset}}), when it changed
+TOPICS = 0x03  # the leader's topic configs (JSON list of RocketMQ TopicConfig objects), when they changed
 COMMAND_MIN, COMMAND_MAX = 0x10, 0x7F  # entry types other modules register (local delivery)
 
 _COUNT = struct.Struct(">I")
@@ -90,18 +92,36 @@ def check_command_type(entry_type: int) -> None:
         raise ValueError(f"command entry type {entry_type:#x} outside {COMMAND_MIN:#x}..{COMMAND_MAX:#x}")
 
 
-_SNAP = struct.Struct(">4sBQ")  # magic, version, CommitLog end offset
+_SNAP = struct.Struct(">4sBQQ")  # magic, version, applied index, CommitLog end offset after it
 SNAP_MAGIC = b"ORGS"
+_CHECKPOINT = struct.Struct(">4sBQQI")  # magic, version, applied index, CommitLog end, crc32 of what precedes
+CHECKPOINT_MAGIC = b"ORGC"
 
 
-def encode_snapshot(phys_end: int) -> bytes:
-    return _SNAP.pack(SNAP_MAGIC, 1, phys_end)
+def encode_snapshot(index: int, phys_end: int) -> bytes:
+    return _SNAP.pack(SNAP_MAGIC, 1, index, phys_end)
 
 
-def decode_snapshot(data: bytes) -> int:
+def decode_snapshot(data: bytes) -> tuple[int, int]:
+    """(applied index, CommitLog end offset) of a group snapshot."""
     if len(data) != _SNAP.size:
         raise ProtocolError(f"raft group snapshot of {len(data)} bytes (expected {_SNAP.size})")
-    magic, version, phys_end = _SNAP.unpack(data)
+    magic, version, index, phys_end = _SNAP.unpack(data)
     if magic != SNAP_MAGIC or version != 1:
         raise ProtocolError(f"not a raft group snapshot (magic {magic!r}, version {version})")
-    return int(phys_end)
+    return int(index), int(phys_end)
+
+
+def encode_checkpoint(index: int, phys_end: int) -> bytes:
+    head = _CHECKPOINT.pack(CHECKPOINT_MAGIC, 1, index, phys_end, 0)[:-4]
+    return head + struct.pack(">I", zlib.crc32(head))
+
+
+def decode_checkpoint(data: bytes) -> tuple[int, int] | None:
+    """(applied index, CommitLog end) of an applied checkpoint file; None when torn or not one."""
+    if len(data) != _CHECKPOINT.size:
+        return None
+    magic, version, index, phys_end, crc = _CHECKPOINT.unpack(data)
+    if magic != CHECKPOINT_MAGIC or version != 1 or crc != zlib.crc32(data[:-4]):
+        return None
+    return int(index), int(phys_end)

@@ -19,9 +19,18 @@ import orjson
 
 from orbitmq.acl.cluster import cluster_guarded, cluster_signer
 from orbitmq.base.errors import ConfigError, RemotingError
-from orbitmq.broker.raft_mode.codec import OFFSETS, encode_command, encode_messages
+from orbitmq.base.fsio import atomic_write
+from orbitmq.broker.raft_mode.codec import (
+    OFFSETS,
+    TOPICS,
+    decode_checkpoint,
+    encode_checkpoint,
+    encode_command,
+    encode_messages,
+)
 from orbitmq.broker.raft_mode.state_machine import CommandApply, CommitListener, GroupStateMachine
 from orbitmq.broker.raft_mode.store_proxy import RaftStore
+from orbitmq.model.topic import TopicConfig
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.raft import (
     NotLeaderError,
@@ -43,6 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("orbitmq.broker.raft_mode")
 
 RAFT_DIR = "dledger"
+CHECKPOINT_FILE = "applied"  # (applied index, CommitLog end) once a second: a restart keeps that CommitLog prefix
 TICK_MS = 50
 ELECTION_TICKS = 10  # 0.5-1 s randomized election timeout; heartbeats every tick
 PROPOSE_TIMEOUT_MS = 5_000
@@ -95,8 +105,11 @@ class RaftGroupService:
         self.fetched_bytes = 0
         self.sm.on_behind = self._on_behind
         self.sm.register_command(OFFSETS, self._apply_offsets, internal=True)
+        self.sm.register_command(TOPICS, self._apply_topics, internal=True)
+        self._topics_sent: dict[str, TopicConfig] = {}
         self._offsets_sent: dict[str, dict[int, int]] = {}
         self.offsets_applied = 0
+        self._checkpoint_written = (0, 0)
         self.role_changes = 0
         self.topics_adopted = 0
         ctx.store = RaftStore(self.real_store, self)  # type: ignore[assignment]
@@ -149,6 +162,7 @@ class RaftGroupService:
         except OSError as e:
             raise ConfigError(f"dLegerPeers: cannot listen on {self.peers[self.self_id]}: {e.strerror or e}") from None
         self.driver.add_role_listener(self._on_role)
+        self.sm.checkpoint = self._read_checkpoint()
         try:
             await self.driver.start()
         except BaseException:
@@ -165,9 +179,68 @@ class RaftGroupService:
         while True:
             await asyncio.sleep(ADOPT_EVERY_S)
             self.adopt_topics()
+            await self._write_checkpoint()
             if loop.time() - last_offsets >= OFFSETS_EVERY_S:
                 last_offsets = loop.time()
+                await self._propose_topics()
                 await self._propose_offsets()
+
+    # ---- applied checkpoint -------------------------------------------------------------------------------------
+    def _checkpoint_path(self) -> str:
+        return os.path.join(self.raft_dir, CHECKPOINT_FILE)
+
+    def _read_checkpoint(self) -> tuple[int, int] | None:
+        try:
+            with open(self._checkpoint_path(), "rb") as f:
+                cp = decode_checkpoint(f.read())
+        except FileNotFoundError:
+            return None
+        if cp is None:
+            log.warning("raft group %s: applied checkpoint unreadable: the CommitLog is rebuilt from the log",
+                        self.group)
+        return cp
+
+    async def _write_checkpoint(self) -> None:
+        """(applied index, CommitLog end) taken together on the loop; skipped while the CommitLog is behind."""
+        index, end = self.sm.applied, self.real_store.max_phys_offset
+        if index == 0 or self.sm.behind is not None or (index, end) == self._checkpoint_written:
+            return
+        data = encode_checkpoint(index, end)
+        await asyncio.to_thread(atomic_write, self._checkpoint_path(), data)
+        self._checkpoint_written = (index, end)
+
+    # ---- topic configs: the leader's table goes through the log, followers adopt it ------------------------------
+    async def _propose_topics(self) -> None:
+        if not self.driver.is_leader:
+            return
+        topics = self.ctx.topics
+        table = {n: tc for n, tc in topics.all().items() if not topics.is_system_topic(n)}
+        if table == self._topics_sent:
+            return
+        payload = orjson.dumps([tc.to_json_obj() for tc in table.values()])
+        try:
+            await self.driver.propose(bytes((TOPICS,)) + payload, PROPOSE_TIMEOUT_MS)
+        except (NotLeaderError, TimeoutError) as e:
+            log.info("raft group %s: topic configs not replicated this round: %s", self.group, e)
+            return
+        self._topics_sent = table
+
+    def _apply_topics(self, index: int, payload: bytes) -> None:
+        """Followers take the leader's topic configs (queue counts, permissions, order); system topics stay each
+        member's own. Deletions are not replicated (known gap: a deleted topic stays on the followers)."""
+        if self.driver.is_leader:
+            return
+        topics = self.ctx.topics
+        leader = {tc.topic_name: tc for tc in (TopicConfig.from_json_obj(o) for o in orjson.loads(payload))}
+        changed = False
+        for name, tc in leader.items():
+            if topics.get(name) != tc:
+                topics.create_or_update(tc)
+                changed = True
+        if changed:
+            with contextlib.suppress(OSError):
+                topics.persist()
+            self.ctx.request_register()
 
     # ---- consumer offsets: the leader's table goes through the log, followers adopt it ---------------------------
     async def _propose_offsets(self) -> None:

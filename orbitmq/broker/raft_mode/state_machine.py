@@ -41,6 +41,8 @@ class GroupStateMachine:
         self.held: list[tuple[int, bytes]] = []  # MESSAGES entries applied while behind: stored once caught up
         self.on_behind: Callable[[int], None] | None = None  # told the snapshot's end offset to fetch up to
         self.apply_errors = 0
+        self.checkpoint: tuple[int, int] | None = None  # (index, CommitLog end) found at start: keep that prefix
+        self._skip_until = 0  # MESSAGES entries up to here are in the CommitLog already (the checkpoint)
 
     def register_command(self, entry_type: int, apply: CommandApply, *, internal: bool = False) -> None:
         """apply(index, payload) for committed entries of `entry_type` (0x10..0x7F; `internal`: this package's own
@@ -58,9 +60,10 @@ class GroupStateMachine:
     def apply(self, index: int, data: bytes) -> object:
         if not self._based:
             # no snapshot was restored: the Raft log starts at index 1 and is applied from there again, so the
-            # CommitLog is rebuilt from it (it can only hold records of entries that are re-applied now)
+            # CommitLog is kept up to the applied checkpoint, else rebuilt from the log (it can only hold records
+            # of entries that are re-applied now)
             self._based = True
-            if self.store.max_phys_offset > self.store.min_phys_offset:
+            if not self._base_on_checkpoint(0) and self.store.max_phys_offset > self.store.min_phys_offset:
                 log.warning("raft group: no snapshot, CommitLog rebuilt from the Raft log (was %d bytes)",
                             self.store.max_phys_offset)
                 self.store.truncate_dirty(self.store.min_phys_offset)
@@ -78,6 +81,8 @@ class GroupStateMachine:
         if not data:
             return None  # a new leader's no-op
         kind = data[0]
+        if kind == MESSAGES and index <= self._skip_until:
+            return None  # stored before the restart (the applied checkpoint)
         if kind == MESSAGES and self.behind is not None:
             self.held.append((index, data))  # after the CommitLog bytes the snapshot covers (catch_up)
             return None
@@ -97,11 +102,33 @@ class GroupStateMachine:
         return fn(index, data[1:])
 
     def snapshot(self) -> bytes:
-        return encode_snapshot(self.store.max_phys_offset)
+        return encode_snapshot(self.applied, self.store.max_phys_offset)
+
+    def _base_on_checkpoint(self, floor_index: int) -> bool:
+        """At start: the CommitLog already holds the MESSAGES entries up to the checkpoint's index (above
+        `floor_index`, the snapshot's): cut it back to the checkpoint's end and skip those entries."""
+        cp, self.checkpoint = self.checkpoint, None
+        if cp is None or cp[0] <= floor_index:
+            return False
+        index, end = cp
+        have = self.store.max_phys_offset
+        if have < end:
+            log.warning("raft group: CommitLog ends at %d, before the applied checkpoint's %d (index %d): ignored",
+                        have, end, index)
+            return False
+        if have > end:
+            self.store.truncate_dirty(end)
+        self._skip_until = index
+        log.info("raft group: CommitLog kept up to %d (entry %d, applied checkpoint)", end, index)
+        return True
 
     def restore(self, data: bytes) -> None:
+        starting = not self._based
         self._based = True
-        target = decode_snapshot(data)
+        snap_index, target = decode_snapshot(data)
+        if starting and self._base_on_checkpoint(snap_index):
+            self.behind = None
+            return
         have = self.store.max_phys_offset
         if have > target:
             log.warning("raft group: CommitLog cut back from %d to the snapshot's %d (entries after it are applied "

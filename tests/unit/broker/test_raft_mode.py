@@ -12,8 +12,10 @@ from orbitmq.base.errors import ConfigError, ProtocolError
 from orbitmq.broker.config import BrokerConfig
 from orbitmq.broker.raft_mode.codec import (
     MESSAGES,
+    decode_checkpoint,
     decode_messages,
     decode_snapshot,
+    encode_checkpoint,
     encode_command,
     encode_messages,
     encode_snapshot,
@@ -41,9 +43,12 @@ def test_messages_round_trip_and_malformed_entries() -> None:
         decode_messages(data + b"x")
     with pytest.raises(ValueError, match="outside"):
         encode_command(MESSAGES, b"")
-    assert decode_snapshot(encode_snapshot(12345)) == 12345
+    assert decode_snapshot(encode_snapshot(7, 12345)) == (7, 12345)
     with pytest.raises(ProtocolError):
-        decode_snapshot(b"ORGX" + bytes(9))
+        decode_snapshot(b"ORGX" + bytes(17))
+    cp = encode_checkpoint(9, 4096)
+    assert decode_checkpoint(cp) == (9, 4096)
+    assert decode_checkpoint(cp[:-1]) is None and decode_checkpoint(cp[:-1] + b"x") is None
 
 
 def _store(path: Path) -> MessageStore:
@@ -76,8 +81,22 @@ def test_state_machine_applies_committed_entries_and_restores_by_cutting_the_com
             assert store.get_max_offset_in_queue("T", 0) == 2 and store.get_max_offset_in_queue("T", 1) == 1
             # a snapshot beyond our CommitLog (a member behind the leader's compaction) is reported, not hidden
             sm3 = GroupStateMachine(store)
-            sm3.restore(encode_snapshot(store.max_phys_offset + 100))
+            sm3.restore(encode_snapshot(9, store.max_phys_offset + 100))
             assert sm3.behind == (store.max_phys_offset, store.max_phys_offset + 100)
+            # a restart with an applied checkpoint (index 2, its end): the CommitLog keeps that prefix, MESSAGES
+            # entries up to 2 are skipped, entry 3 is stored again after it
+            sm5 = GroupStateMachine(store)
+            sm5.checkpoint = (2, end_at_2)
+            sm5.apply(1, b"")
+            assert store.max_phys_offset == end_at_2
+            assert sm5.apply(2, encode_messages([_msg(0), _msg(1)])) is None and store.max_phys_offset == end_at_2
+            sm5.apply(3, encode_messages([_msg(2)]))
+            assert store.get_max_offset_in_queue("T", 0) == 2 and store.get_max_offset_in_queue("T", 1) == 1
+            # a snapshot newer than the checkpoint wins over it
+            sm6 = GroupStateMachine(store)
+            sm6.checkpoint = (2, end_at_2)
+            sm6.restore(encode_snapshot(3, store.max_phys_offset))
+            assert store.get_max_offset_in_queue("T", 0) == 2
             # no snapshot: the Raft log is applied from index 1 again, so the CommitLog is rebuilt from it
             sm4 = GroupStateMachine(store)
             sm4.apply(1, b"")
