@@ -47,6 +47,11 @@ class ControllerConfig:
     metrics_prom_exporter_port: int = 5557
     # brokers' writes, admin writes and Raft peer messages need this secret's signature ("" = off; security.md)
     cluster_secret: str = ""
+    # network limits (remoting/limits.py; docs/design/security.md "Limits"); 0 = off
+    server_max_connections: int = 10_000
+    server_max_connections_per_ip: int = 1_000
+    server_frame_deadline_ms: int = 30_000  # a frame begun must be complete within this
+    server_input_buffer_budget: int = 256 * 1024 * 1024  # bytes in unfinished frames, all connections
 
     @property
     def peers(self) -> dict[str, str]:
@@ -123,6 +128,10 @@ CONF_KEYS: dict[str, str] = {
     "metricsPromExporterHost": "metrics_prom_exporter_host",
     "metricsPromExporterPort": "metrics_prom_exporter_port",
     "clusterSecret": "cluster_secret",
+    "serverMaxConnections": "server_max_connections",
+    "serverMaxConnectionsPerIp": "server_max_connections_per_ip",
+    "serverFrameDeadlineMs": "server_frame_deadline_ms",
+    "serverInputBufferBudget": "server_input_buffer_budget",
 }
 _KEY_OF: dict[str, str] = {}
 for _k, _f in CONF_KEYS.items():

@@ -37,6 +37,7 @@ from orbitmq.protocol.bodies.controller import (
 from orbitmq.raft import NotLeaderError, RaftConfig, RaftDriver, RaftStorage, RaftTransport, Role
 from orbitmq.remoting import Connection, RemotingServer
 from orbitmq.remoting.connection import HandlerResult
+from orbitmq.remoting.limits import limits_of
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class ControllerService:
             rng=rng, clock=clock, snapshot_every=config.raft_snapshot_every)
         self.server = RemotingServer(cluster_guarded(self.handle, config.cluster_secret, CONTROLLER_GUARDED_CODES),
                                      config.listen_host, config.port, name="controller",
-                                     on_close=self.on_channel_closed)
+                                     on_close=self.on_channel_closed, limits=limits_of(config))
         self._write_lock = asyncio.Lock()
         self._ready_term = -1
         self._activation: asyncio.Task[None] | None = None

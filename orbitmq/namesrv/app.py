@@ -15,6 +15,7 @@ from orbitmq.namesrv.liveness import BrokerLiveness
 from orbitmq.namesrv.metrics import NamesrvMetrics
 from orbitmq.namesrv.route_table import RouteTable
 from orbitmq.remoting import Connection, RemotingServer
+from orbitmq.remoting.limits import limits_of
 from orbitmq.remoting.tls import server_config_of, server_context
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class NameServer:
             on_close=self._on_connection_closed,
             idle_timeout_s=config.server_channel_max_idle_time_seconds,
             ssl_context=server_context(server_config_of(config)), tls_mode=config.tls_server_mode,
+            limits=limits_of(config),
         )
         self.metrics: NamesrvMetrics | None = None  # metricsExporterType=PROM
         self._started = False

@@ -50,6 +50,11 @@ class NamesrvConfig:
     tls_server_key_path: str = ""
     tls_server_trust_cert_path: str = ""  # CA for client certificates
     tls_server_need_client_auth: str = "none"  # none / optional / require
+    # network limits (remoting/limits.py; docs/design/security.md "Limits"); 0 = off
+    server_max_connections: int = 10_000
+    server_max_connections_per_ip: int = 1_000
+    server_frame_deadline_ms: int = 30_000  # a frame begun must be complete within this
+    server_input_buffer_budget: int = 256 * 1024 * 1024  # bytes in unfinished frames, all connections
 
     def validate(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -74,6 +79,10 @@ CONF_KEYS: dict[str, str] = {
     "tls.server.keyPath": "tls_server_key_path",
     "tls.server.trustCertPath": "tls_server_trust_cert_path",
     "tls.server.need.client.auth": "tls_server_need_client_auth",
+    "serverMaxConnections": "server_max_connections",
+    "serverMaxConnectionsPerIp": "server_max_connections_per_ip",
+    "serverFrameDeadlineMs": "server_frame_deadline_ms",
+    "serverInputBufferBudget": "server_input_buffer_budget",
     "scanNotActiveBrokerInterval": "scan_not_active_broker_interval_ms",
     "brokerChannelExpiredTime": "broker_channel_expired_time_ms",
     "orderMessageEnable": "order_message_enable",

@@ -95,3 +95,12 @@ class InputBudget:
             conn.resume_input()
             if self.total > self.low_mark:
                 break  # one at a time while still above the low mark
+
+
+def limits_of(cfg: object) -> ServerLimits:
+    """From a broker / name server / controller config with the server_* limit fields (absent = default)."""
+    d = ServerLimits()
+    return ServerLimits(getattr(cfg, "server_max_connections", d.max_connections),
+                        getattr(cfg, "server_max_connections_per_ip", d.max_connections_per_ip),
+                        getattr(cfg, "server_frame_deadline_ms", d.frame_deadline_ms),
+                        getattr(cfg, "server_input_buffer_budget", d.input_buffer_budget))

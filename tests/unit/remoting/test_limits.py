@@ -263,3 +263,22 @@ def test_refused_socket_sees_a_close_not_a_hang():
             await server.stop()
 
     asyncio.run(main())
+
+
+def test_name_server_and_controller_confs_carry_the_limit_keys(tmp_path):
+    from orbitmq.controller.config import load_controller_conf
+    from orbitmq.namesrv import load_namesrv_conf
+    from orbitmq.remoting.limits import limits_of
+
+    ns = tmp_path / "namesrv.conf"
+    ns.write_text("serverMaxConnectionsPerIp=7\nserverFrameDeadlineMs=900\ntls.server.mode=permissive\n")
+    loaded = load_namesrv_conf(str(ns))
+    cfg = loaded[0] if isinstance(loaded, tuple) else loaded
+    assert limits_of(cfg) == ServerLimits(10_000, 7, 900, 256 * 1024 * 1024)
+    assert cfg.tls_server_mode == "permissive"
+    ctl = tmp_path / "controller.conf"
+    ctl.write_text(f"controllerDLegerGroup=g\ncontrollerDLegerPeers=n0-127.0.0.1:9878\ncontrollerDLegerSelfId=n0\n"
+                   f"controllerStorePath={tmp_path / 'ctl'}\nserverMaxConnections=5\nserverInputBufferBudget=0\n")
+    loaded = load_controller_conf(str(ctl))
+    cfg = loaded[0] if isinstance(loaded, tuple) else loaded
+    assert limits_of(cfg) == ServerLimits(5, 1_000, 30_000, 0)
