@@ -10,7 +10,7 @@
  *   command_from_header(cls, header, body)
  *                                    protocol/header_json.py command_from_header_py: the common JSON header shape
  *                                    to a RemotingCommand, None for anything the general decoder must decide
- *   decode_send_v2(cls, ext)         protocol/headers.py decode_send_v2_py: the common SEND_MESSAGE_V2 extFields
+ *   decode_send_v2(cls, ext)         protocol/headers.py decode_send_v2_py: the common send extFields (V2 or V1)
  *                                    to a SendMessageRequestHeader, None for anything the Python decoder decides
  *   decode_properties(text)          model/properties.py decode_properties_py
  *   encode_record_into(buf, pos, ...) model/record.py encode_record_into_py: one stored record written in place
@@ -238,12 +238,12 @@ static PyObject *sp_command_from_header(PyObject *self, PyObject *const *args, P
 }
 
 /* ---- decode_send_v2(cls, ext): the common SEND_MESSAGE_V2 header -------------------------------------
- * protocol/headers.py decode_send_v2_py: a dict whose keys are all single V2 letters a..n and whose values are
- * all str, the required a, b, e, f, g, h present, every int field present written as plain ASCII decimal
- * (-?[0-9]{1,19}) within its Java range -> a SendMessageRequestHeader (cls) with every attribute set; anything
- * else None (the Python decoder decides: renaming, defaults, lenient parses, errors). */
+ * protocol/headers.py decode_send_v2_py: a dict of str keys and str values, each field once by its V1 name or
+ * (when "a" or "b" is a key) its V2 letter, other keys ignored; the required fields present, every int field
+ * present written as plain ASCII decimal (-?[0-9]{1,19}) within its Java range -> a SendMessageRequestHeader (cls)
+ * with every attribute set; anything else None (the Python decoder decides: defaults, lenient parses, errors). */
 static PyObject *send_attrs[14]; /* indexed by letter - 'a' */
-static PyObject *str_tbw102, *int_four;
+static PyObject *str_tbw102, *int_four, *str_a, *str_b, *send_key_index;
 
 static int send_names_init(void) {
     static const char *names[14] = {"producer_group", "topic", "default_topic", "default_topic_queue_nums",
@@ -251,9 +251,24 @@ static int send_names_init(void) {
                                     "reconsume_times", "unit_mode", "max_reconsume_times", "batch", "bname"};
     for (int i = 0; i < 14; i++)
         if ((send_attrs[i] = PyUnicode_InternFromString(names[i])) == NULL) return -1;
+    static const char *v1[14] = {"producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId",
+                                 "sysFlag", "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode",
+                                 "maxReconsumeTimes", "batch", "bname"};
+    if ((send_key_index = PyDict_New()) == NULL) return -1;
+    for (int i = 0; i < 14; i++) {
+        char letter[2] = {(char)('a' + i), 0};
+        PyObject *n1 = PyLong_FromLong(i), *n2 = PyLong_FromLong(16 + i);
+        int bad = n1 == NULL || n2 == NULL || PyDict_SetItemString(send_key_index, v1[i], n1) < 0 ||
+                  PyDict_SetItemString(send_key_index, letter, n2) < 0;
+        Py_XDECREF(n1);
+        Py_XDECREF(n2);
+        if (bad) return -1;
+    }
     str_tbw102 = PyUnicode_InternFromString("TBW102");
+    str_a = PyUnicode_InternFromString("a");
+    str_b = PyUnicode_InternFromString("b");
     int_four = PyLong_FromLong(4);
-    return (str_tbw102 == NULL || int_four == NULL) ? -1 : 0;
+    return (str_tbw102 == NULL || int_four == NULL || str_a == NULL || str_b == NULL) ? -1 : 0;
 }
 
 /* Plain decimal within [lo, hi] -> 1 and *out; anything else 0. */
@@ -300,13 +315,25 @@ static PyObject *sp_decode_send_v2(PyObject *self, PyObject *const *args, Py_ssi
     PyObject *ext = args[1];
     if (!PyDict_CheckExact(ext)) Py_RETURN_NONE;
     PyObject *f[14] = {NULL}; /* borrowed values by letter */
+    int letters = PyDict_Contains(ext, str_a);
+    if (letters == 0) letters = PyDict_Contains(ext, str_b);
+    if (letters < 0) return NULL;
     Py_ssize_t pos = 0;
     PyObject *k, *val;
     while (PyDict_Next(ext, &pos, &k, &val)) {
-        if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(val) || PyUnicode_GET_LENGTH(k) != 1) Py_RETURN_NONE;
-        Py_UCS4 c = PyUnicode_READ_CHAR(k, 0);
-        if (c < 'a' || c > 'n') Py_RETURN_NONE;
-        f[c - 'a'] = val;
+        if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(val)) Py_RETURN_NONE;
+        PyObject *ix = PyDict_GetItemWithError(send_key_index, k); /* long name -> i, letter -> 16 + i */
+        if (ix == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            continue; /* another key: ignored, as by the general path */
+        }
+        long i = PyLong_AsLong(ix);
+        if (i >= 16) {
+            if (!letters) continue; /* not a V2 header: letters are other keys */
+            i -= 16;
+        }
+        if (f[i] != NULL) Py_RETURN_NONE; /* a field by both names: the general path decides */
+        f[i] = val;
     }
     static const int required[6] = {0, 1, 4, 5, 6, 7};
     for (int i = 0; i < 6; i++)
@@ -992,7 +1019,7 @@ static PyMethodDef methods[] = {
     {"command_from_header", (PyCFunction)(void (*)(void))sp_command_from_header, METH_FASTCALL,
      "RemotingCommand from a decoded JSON header of the common shape, or None."},
     {"decode_send_v2", (PyCFunction)(void (*)(void))sp_decode_send_v2, METH_FASTCALL,
-     "SendMessageRequestHeader from the common SEND_MESSAGE_V2 extFields, or None."},
+     "SendMessageRequestHeader from the common send extFields (V2 or V1 names), or None."},
     {"decode_properties", sp_decode_properties, METH_O, "Lenient decode of a message properties string."},
     {"encode_record_into", (PyCFunction)(void (*)(void))sp_encode_record_into, METH_FASTCALL,
      "Write one V1 stored record at buf[pos:]; returns its size."},
@@ -1035,7 +1062,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     /* native.py loads the module only when this matches its API_VERSION: a stale build from an older source
      * (an editable install not rebuilt) is ignored instead of missing functions. Bump it with every change of a
      * function's contract or the set of functions. */
-    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 4) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 5) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -17,7 +17,7 @@ import re
 from typing import Any, Final
 
 from orbitmq.base.native import speedups
-from orbitmq.protocol.ext import REQUIRED, SEND_V2_TO_V1, HeaderError, normalize_send_header
+from orbitmq.protocol.ext import REQUIRED, SEND_V1_TO_V2, SEND_V2_TO_V1, HeaderError, normalize_send_header
 
 INT_MIN: Final = -(2**31)
 INT_MAX: Final = 2**31 - 1
@@ -150,17 +150,29 @@ def _plain_int(v: str, lo: int, hi: int) -> int | None:
 
 
 def decode_send_v2_py(cls: type[SendMessageRequestHeader], ext: Any) -> SendMessageRequestHeader | None:
-    """The common SEND_MESSAGE_V2 header straight to a SendMessageRequestHeader; None for anything else, which
-    SendMessageRequestHeader.decode's general path decides (renaming, defaults, lenient parses, errors).
-    Common = a dict whose keys are all V2 letters and whose values are all str; a..b, e..h present; every int
-    field present written as plain ASCII decimal (-?[0-9]{1,19}) within its Java range.
-    Pure-Python twin of the native decode_send_v2 (orbitmq/base/_speedups.c)."""
-    if type(ext) is not dict or not ext.keys() <= _V2_KEYS:
+    """The common send header straight to a SendMessageRequestHeader; None for anything else, which
+    SendMessageRequestHeader.decode's general path decides (defaults, lenient parses, errors).
+    Common = a dict of str keys and str values where each field appears once, by its V1 name or (when the dict has
+    "a" or "b", i.e. is a V2 header) by its V2 letter; other keys are ignored, as the general path ignores them;
+    the six required fields present; every int field present written as plain ASCII decimal (-?[0-9]{1,19})
+    within its Java range. Covers SEND_MESSAGE_V2 (letters) and the C++ client's SEND_MESSAGE (long names plus
+    AccessKey/Signature/OnsChannel). Pure-Python twin of the native decode_send_v2 (orbitmq/base/_speedups.c)."""
+    if type(ext) is not dict:
         return None
-    for v in ext.values():
-        if type(v) is not str:
+    letters = "a" in ext or "b" in ext
+    f: dict[str, str] = {}
+    for k, v in ext.items():
+        if type(k) is not str or type(v) is not str:
             return None
-    get = ext.get
+        letter = SEND_V1_TO_V2.get(k)
+        if letter is None:
+            if not letters or k not in _V2_KEYS:
+                continue
+            letter = k
+        if letter in f:  # a field by both names: the general path applies its renaming order
+            return None
+        f[letter] = v
+    get = f.get
     topic, group = get("b"), get("a")
     q, sf, bt, fl = get("e"), get("f"), get("g"), get("h")
     if topic is None or group is None or q is None or sf is None or bt is None or fl is None:

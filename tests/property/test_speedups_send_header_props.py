@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from orbitmq.base import _speedups as native
 from orbitmq.protocol import HeaderError, headers
+from orbitmq.protocol.ext import SEND_V2_TO_V1
 from orbitmq.protocol.headers import SendMessageRequestHeader, decode_send_v2_py
 
 S = SendMessageRequestHeader
@@ -29,18 +30,29 @@ _NUMERIC = st.one_of(_INTS.map(str), _INTS.map(str), _INTS.map(str), _INTS.map(s
 _VALUE = st.one_of(_TEXT, _TEXT, _TEXT, st.none(), st.booleans(), st.integers(-5, 5))
 
 
+_OTHER_KEYS = ["o", "A", "bb", "", "AccessKey", "Signature", "OnsChannel", "Topic"]
+
+
 @st.composite
 def send_ext(draw: Any) -> Any:
-    """Mostly V2 headers with the required letters; sometimes letters dropped, other keys, non-str values."""
+    """Mostly send headers with the required fields, by V2 letters or (as the C++ client sends) V1 names plus
+    other keys; sometimes fields dropped, a field by both names, other keys, non-str values."""
     mode = draw(st.integers(0, 9))
     if mode == 0:
         return draw(st.one_of(st.none(), st.lists(st.text(max_size=2), max_size=2),
                               st.dictionaries(st.text(max_size=3), _VALUE, max_size=6)))
-    d = {k: draw(_NUMERIC if k in "defghjl" else _TEXT) for k in "abefgh"}
+    v1 = draw(st.booleans())
+    name = SEND_V2_TO_V1.get if v1 else str
+    d = {name(k): draw(_NUMERIC if k in "defghjl" else _TEXT) for k in "abefgh"}
     for k in draw(st.sets(st.sampled_from("cdijklmn"))):
-        d[k] = draw(_NUMERIC if k in "defghjl" else _TEXT)
-    if mode >= 6:
-        d[draw(st.sampled_from(list(_LETTERS) + ["o", "topic", "A", "bb", ""]))] = draw(_VALUE)
+        d[name(k)] = draw(_NUMERIC if k in "defghjl" else _TEXT)
+    if v1 and draw(st.booleans()):
+        for k in ("AccessKey", "Signature", "OnsChannel"):
+            d[k] = draw(_TEXT)
+    if mode >= 6:  # another key: a letter, a V1 name (maybe a field twice), or anything
+        letter = draw(st.sampled_from(_LETTERS))
+        key = draw(st.sampled_from([letter, SEND_V2_TO_V1[letter], *_OTHER_KEYS]))
+        d[key] = draw(_VALUE)
     if mode == 9 and d:
         del d[draw(st.sampled_from(sorted(d)))]
     return d

@@ -102,3 +102,20 @@ def test_pull_and_offset_headers():
     with pytest.raises(HeaderError, match="<queueId> is out of range"):
         UpdateConsumerOffsetRequestHeader.decode({"consumerGroup": "G", "topic": "T", "queueId": str(INT_MAX + 1),
                                                   "commitOffset": "1"})
+
+
+def test_cpp_client_send_header_takes_the_one_call_path():
+    """The C++ client's SEND_MESSAGE (V1 names, numbers made text by the JSON layer, AccessKey/Signature/
+    OnsChannel, batch/unitMode "0"): decoded by decode_send_v2 (native when built), same as the general path."""
+    from orbitmq.protocol.headers import decode_send_v2
+
+    ext = {"AccessKey": "", "OnsChannel": "ALIYUN", "Signature": "9vrx=", "batch": "0",
+           "bornTimestamp": "1795648937593", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4", "flag": "0",
+           "producerGroup": "pg", "properties": "UNIQ_KEY\x01K\x02WAIT\x01true\x02", "queueId": "1",
+           "reconsumeTimes": "0", "sysFlag": "0", "topic": "ProbeT", "unitMode": "0"}
+    fast = decode_send_v2(SendMessageRequestHeader, ext)
+    assert fast is not None
+    assert _fields(fast) == ("ProbeT", "pg", 1, 0, 1795648937593, 0, "UNIQ_KEY\x01K\x02WAIT\x01true\x02", 0,
+                             "TBW102", 4, False, None, False, None)
+    assert _fields(SendMessageRequestHeader.decode(ext)) == _fields(fast)
+    assert decode_send_v2(SendMessageRequestHeader, {**ext, "b": "T2"}) is None  # topic by both names
