@@ -17,7 +17,7 @@ from typing import Any
 
 WINDOW_S = 60.0
 MAX_TRACKED = 100_000  # distinct client addresses remembered at once (expired windows are dropped first)
-LIMIT_NAME = "auto_create_per_client"
+LIMIT_NAME = "autoCreatePerClientPerMinute"  # the label in orbitmq_limits_hit_total (the key, as the network limits)
 
 REQUESTER: ContextVar[Any] = ContextVar("orbitmq_requester", default=None)
 

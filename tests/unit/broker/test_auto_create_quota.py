@@ -53,7 +53,7 @@ def test_quota_counts_per_client_per_window_and_ignores_internal_work() -> None:
                                                 r"autoCreatePerClientPerMinute=2"):
         run("10.0.0.1:3", "topic [c]")
     run("10.0.0.2:1", "d")  # other clients are not affected
-    assert hits == ["auto_create_per_client"] and q.refused == 1
+    assert hits == ["autoCreatePerClientPerMinute"] and q.refused == 1
     clock.t += WINDOW_S  # a new minute
     run("10.0.0.1:1", "e")
     limit[0] = 0  # 0 = off (hot)
@@ -90,7 +90,7 @@ def test_sends_and_pulls_over_the_cap_are_refused_through_the_router(ctx):  # no
     r = call(pull_req("Auto0", 0, group="NewGroup"))
     assert r.code == ResponseCode.SYSTEM_ERROR and "subscription group [NewGroup] not created" in r.remark
     assert c.groups.get("NewGroup") is None
-    assert c.stats.limits_hit["auto_create_per_client"] == 2
+    assert c.stats.limits_hit["autoCreatePerClientPerMinute"] == 2
     # another client still can; direct calls by the broker itself are never limited
     other = FakeConn("192.0.2.10:4000")
     assert call(send_req("Auto3"), other).code == ResponseCode.SUCCESS
