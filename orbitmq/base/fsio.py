@@ -1,4 +1,5 @@
 """Atomic metadata writes: write tmp, fsync, keep .bak of the previous file, rename, fsync the directory.
+Directories it creates are made durable too (makedirs_durable fsyncs each new one's parent).
 
 Writers of one path in one process take turns (a per-path lock), so two threads never share its .tmp or .bak.
 """
@@ -21,6 +22,21 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def makedirs_durable(path: str | os.PathLike[str]) -> None:
+    """os.makedirs(exist_ok=True), then fsync the parent of every directory it created (its entry is durable)."""
+    target = Path(path)
+    missing: list[Path] = []
+    p = target
+    while not p.exists():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    os.makedirs(target, exist_ok=True)
+    for d in reversed(missing):
+        fsync_dir(d.parent)
 
 
 @contextmanager
@@ -46,7 +62,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     """Replace `path` with `data` so that a crash leaves either the old or the new content. Concurrent calls for
     one path (threads of this process) run one after the other; the last to take the lock wins."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    makedirs_durable(target.parent)
     with file_lock(target):
         tmp = target.with_name(target.name + ".tmp")
         _write_synced(tmp, data)

@@ -170,6 +170,9 @@ STORE_KEYS: dict[str, str] = {
     "maxIndexNum": "max_index_num",
     "accessMessageInMemoryMaxRatio": "access_message_in_memory_max_ratio",
     "confirmOffsetMode": "confirm_offset_mode",
+    "brokerFastFailureEnable": "broker_fast_failure_enable",
+    "osPageCacheBusyTimeOutMills": "os_page_cache_busy_timeout_ms",
+    "waitTimeMillsInSendQueue": "wait_time_ms_in_send_queue",
 }
 
 # RocketMQ keys that are valid in a Java broker.conf but have no meaning here (thread pools, netty, ...).
@@ -180,8 +183,8 @@ IGNORED_KEYS = frozenset({
     "serverWorkerThreads", "serverCallbackExecutorThreads", "serverSelectorThreads",
     "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue", "serverSocketSndBufSize", "serverSocketRcvBufSize",
     "serverPooledByteBufAllocatorEnable", "useEpollNativeSelector", "useReentrantLockWhenPutMessage",
-    "transientStorePoolEnable", "warmMapedFileEnable", "osPageCacheBusyTimeOutMills", "sendThreadPoolQueueCapacity",
-    "pullThreadPoolQueueCapacity", "waitTimeMillsInSendQueue", "waitTimeMillsInPullQueue", "fetchNamesrvAddrByAddressServer",
+    "transientStorePoolEnable", "warmMapedFileEnable", "sendThreadPoolQueueCapacity",
+    "pullThreadPoolQueueCapacity", "waitTimeMillsInPullQueue", "fetchNamesrvAddrByAddressServer",
     "slaveReadEnableForDLeger",
 })
 

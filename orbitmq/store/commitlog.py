@@ -7,6 +7,7 @@ every call runs on the event-loop thread. Flushing is flush.py's job, visibility
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections.abc import Iterator
@@ -42,6 +43,7 @@ from orbitmq.store.schedule import SCHEDULE_TOPIC, delivery_time
 from orbitmq.store.segment import Segment
 from orbitmq.store.segment_list import SegmentList
 
+log = logging.getLogger(__name__)
 _Q = struct.Struct(">q")
 _PREPARED = 0x4
 _ROLLBACK = 0xC
@@ -145,12 +147,19 @@ class CommitLog:
         return seg, store_ts
 
     def append(self, msgs: list[MessageInner]) -> Appended:
-        """Append one message or one batch (all records land in one segment, consecutive queue offsets)."""
-        if msgs:
-            fast = self._append_run(msgs)
-            if fast is not None:
-                return fast
-        return self._append_general(msgs)
+        """Append one message or one batch (all records land in one segment, consecutive queue offsets). A new
+        segment that cannot be created (ENOSPC at its allocation, EMFILE, ...) refuses the put with
+        CREATE_MAPPED_FILE_FAILED before anything is written or taken; the next put tries again."""
+        try:
+            if msgs:
+                fast = self._append_run(msgs)
+                if fast is not None:
+                    return fast
+            return self._append_general(msgs)
+        except OSError as e:  # only the roll to a new segment does I/O here
+            marks.hit("commitlog segment creation failed")
+            log.error("cannot create a CommitLog segment (%s): put refused", e)
+            return Appended(PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED), -1, [])
 
     def _append_run(self, msgs: list[MessageInner]) -> Appended | None:
         """append() for the common input: every message of one topic and queue, from one born host to one store

@@ -50,6 +50,12 @@ class StoreConfig:
     physical_memory_bytes: int = 0  # 0 = ask the OS (for the in-memory test)
     # delay levels (RocketMQ keeps messageDelayLevel in the store config): schedule entries' tags code = due time
     message_delay_level: str = DEFAULT_DELAY_LEVELS
+    # admission control (RocketMQ's BrokerFastFailure keys): a send is refused with SYSTEM_BUSY while the CommitLog
+    # flush in flight has run longer than osPageCacheBusyTimeOutMills ("[PCBUSY_CLEAN_QUEUE]") or the oldest
+    # group-commit waiter has waited longer than waitTimeMillsInSendQueue ("[TIMEOUT_CLEAN_QUEUE]")
+    broker_fast_failure_enable: bool = field(default=True, metadata=_meta(hot_reloadable=True))
+    os_page_cache_busy_timeout_ms: int = field(default=1_000, metadata=_meta(hot_reloadable=True))
+    wait_time_ms_in_send_queue: int = field(default=200, metadata=_meta(hot_reloadable=True))
 
     def validate(self) -> None:
         if not self.store_path_root_dir:
@@ -73,7 +79,8 @@ class StoreConfig:
         if self.max_message_size >= self.mapped_file_size_commitlog - 1024:
             raise ConfigError("mappedFileSizeCommitLog must be larger than maxMessageSize + 1 KiB")
         for name in ("flush_interval_commitlog_ms", "sync_flush_timeout_ms", "flush_interval_consume_queue_ms",
-                     "flush_commitlog_thorough_interval_ms", "clean_interval_ms"):
+                     "flush_commitlog_thorough_interval_ms", "clean_interval_ms", "os_page_cache_busy_timeout_ms",
+                     "wait_time_ms_in_send_queue"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
         if not 0 <= self.flush_commitlog_least_pages:

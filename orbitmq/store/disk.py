@@ -16,7 +16,7 @@ import os
 import shutil
 from typing import Protocol
 
-from orbitmq.base.fsio import atomic_write, read_with_backup
+from orbitmq.base.fsio import atomic_write, fsync_dir, makedirs_durable, read_with_backup
 from orbitmq.store.errors import StoreInUseError
 
 PAGE_SIZE = mmap.PAGESIZE
@@ -78,8 +78,25 @@ class Disk(Protocol):
     def usage_ratio(self, directory: str) -> float: ...  # used / total of the file system, 0..1
 
 
+def _allocate(fd: int, size: int) -> None:
+    """Reserve `size` bytes of disk for a new segment before it is mapped: a store into a sparse mapping whose page
+    the file system cannot allocate (a full disk) kills the process with SIGBUS, an OSError here is refused
+    cleanly. posix_fallocate; where the file system does not support it (EOPNOTSUPP/EINVAL), zeros are written."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+    chunk = bytes(min(size, 1 << 20))
+    pos = 0
+    while pos < size:
+        pos += os.pwrite(fd, chunk[: size - pos], pos)
+
+
 class MmapBacking:
-    """A pre-sized file mapped read/write; flush is fdatasync of the file (releases the GIL, unlike mmap.flush)."""
+    """A pre-sized file mapped read/write; flush is fdatasync of the file (releases the GIL, unlike mmap.flush).
+    A new file is allocated (fallocate) before it is mapped, so a full disk is an OSError, never a SIGBUS."""
 
     __slots__ = ("path", "size", "buf", "_fd", "_mm", "_closed")
 
@@ -87,11 +104,16 @@ class MmapBacking:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(path, flags, 0o644)
         try:
-            if os.fstat(fd).st_size < size:
+            if create:
+                _allocate(fd, size)
+            elif os.fstat(fd).st_size < size:
                 os.ftruncate(fd, size)
             mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
+            if create:  # a half-allocated new file must not be taken for a segment at the next start
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
             raise
         self.path = path
         self.size = size
@@ -178,8 +200,11 @@ class MmapDisk:
     flush_in_thread = True
 
     def create(self, path: str, size: int) -> MmapBacking:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        return MmapBacking(path, size, create=True)
+        directory = os.path.dirname(path)
+        self.makedirs(directory)
+        backing = MmapBacking(path, size, create=True)
+        fsync_dir(directory)  # the new name is durable before anything written into the file is acknowledged
+        return backing
 
     def open(self, path: str, size: int) -> MmapBacking:
         return MmapBacking(path, size, create=False)
@@ -191,8 +216,11 @@ class MmapDisk:
         return os.path.getsize(path)
 
     def delete(self, path: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        try:
             os.unlink(path)
+        except FileNotFoundError:
+            return
+        fsync_dir(os.path.dirname(path))  # the removal is durable (a truncated tail must not come back)
 
     def list_files(self, directory: str) -> list[str]:
         try:
@@ -207,7 +235,7 @@ class MmapDisk:
             return []
 
     def makedirs(self, directory: str) -> None:
-        os.makedirs(directory, exist_ok=True)
+        makedirs_durable(directory)
 
     def remove_tree(self, directory: str) -> None:
         shutil.rmtree(directory, ignore_errors=True)
@@ -229,12 +257,13 @@ class MmapDisk:
         return read_with_backup(path)
 
     def touch(self, path: str) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.makedirs(os.path.dirname(path))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+        fsync_dir(os.path.dirname(path))
 
     def lock(self, path: str) -> _FcntlLock:
         os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -3,21 +3,48 @@
 A flush makes [flushed_offset, max_offset-at-start) durable through Backing.flush, off the event loop when the
 Disk says so (fdatasync/msync block). Waiters whose end offset is covered are released together (group commit).
 Appends keep running during a flush: the single writer is never blocked by the disk.
+
+A failed flush (fsync/fdatasync error) is final: after it Linux may report a later fsync of the same file as fine
+although the dirty pages were dropped ("fsyncgate"), so the service never flushes again. Every waiter of the failed
+round and every later one is released with False, flush() raises FlushFailedError, and `on_failed` tells the store,
+which turns read-only (docs/design/durability.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import time
 from collections.abc import Callable
 from functools import partial
 
 from orbitmq.base.clock import Clock
+from orbitmq.base.errors import StoreError
 from orbitmq.store.commitlog import CommitLog
 from orbitmq.store.disk import Backing, Disk
 
 log = logging.getLogger(__name__)
 PAGE = 4096
+# Test-only (the FUSE power-loss harness proves it catches a missing fsync): when set to 1, CommitLog flush rounds
+# skip the fsync and report success. Read once per process; never documented for users.
+UNSAFE_NO_FSYNC_ENV = "ORBITMQ_TEST_UNSAFE_NO_FSYNC"
+_unsafe_no_fsync: bool | None = None
+
+
+def unsafe_no_fsync() -> bool:
+    """True when the test-only switch disables the CommitLog fsync (read once, logged loudly)."""
+    global _unsafe_no_fsync
+    if _unsafe_no_fsync is None:
+        _unsafe_no_fsync = os.environ.get(UNSAFE_NO_FSYNC_ENV) == "1"
+        if _unsafe_no_fsync:
+            log.critical("%s=1: CommitLog flushes do NOT fsync; acknowledged messages are lost on power loss "
+                         "(test harness only, never in production)", UNSAFE_NO_FSYNC_ENV)
+    return _unsafe_no_fsync
+
+
+class FlushFailedError(StoreError):
+    """The CommitLog could not be made durable (an earlier fsync failed): nothing written after it is flushed."""
 
 
 def _resolve(fut: asyncio.Future[bool], ok: bool) -> None:
@@ -40,22 +67,28 @@ def flush_ranges(ranges: list[tuple[Backing, int, int]]) -> None:
 
 class FlushService:
     def __init__(
-        self, commitlog: CommitLog, disk: Disk, clock: Clock, on_flushed: Callable[[int, int], None]
+        self, commitlog: CommitLog, disk: Disk, clock: Clock, on_flushed: Callable[[int, int], None],
+        on_failed: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.commitlog = commitlog
         self.disk = disk
         self.clock = clock
         self.on_flushed = on_flushed  # (flushed phys offset, store timestamp of the last flushed record)
+        self.on_failed = on_failed  # called once, with the error, when a flush fails (the store turns read-only)
+        self.failed: BaseException | None = None
+        self.inflight_since = 0.0  # time.monotonic() when the flush in flight started (0: none in flight)
         self.flushed_offset = commitlog.max_offset
         self.flushed_store_timestamp = commitlog.last_store_timestamp
         self.flush_count = 0  # completed flush rounds that wrote something (group commit tests read it)
         self._inflight: asyncio.Future[None] | None = None
-        # (end offset, loop-time deadline, callback), in arrival order (so mostly by offset and by deadline)
-        self._waiters: list[tuple[int, float, Callable[[bool], None]]] = []
+        # (end offset, loop-time deadline, callback, loop-time arrival), in arrival order (so mostly by offset and
+        # by deadline)
+        self._waiters: list[tuple[int, float, Callable[[bool], None], float]] = []
         self._expiry: asyncio.TimerHandle | None = None
         self._group_task: asyncio.Task[None] | None = None
         self._generation = 0
         self._last_thorough_ms = clock.monotonic_ms()
+        self._skip_fsync = unsafe_no_fsync()
 
     def reset(self, offset: int) -> None:
         """After truncation: nothing beyond `offset` exists, so nothing beyond it is flushed."""
@@ -69,16 +102,47 @@ class FlushService:
         """Flush everything written so far; returns the flushed offset. Concurrent callers share rounds."""
         while self._inflight is not None:
             await asyncio.shield(self._inflight)
+        if self.failed is not None:
+            raise FlushFailedError(f"CommitLog flush failed earlier ({self.failed!r}); the store is read-only")
         if self.commitlog.max_offset <= self.flushed_offset:
             return self.flushed_offset
         loop = asyncio.get_running_loop()
         self._inflight = loop.create_future()
+        self.inflight_since = time.monotonic()
         try:
             await self._flush_once(loop)
+        except Exception as e:
+            self._fail(e)
+            raise
         finally:
+            self.inflight_since = 0.0
             fut, self._inflight = self._inflight, None
             fut.set_result(None)
         return self.flushed_offset
+
+    def _fail(self, error: BaseException) -> None:
+        if self.failed is not None:
+            return
+        self.failed = error
+        log.critical("CommitLog flush failed at offset %d (%r): the store refuses every later write; restart the "
+                     "broker once the disk is repaired (recovery re-reads the CommitLog)", self.flushed_offset, error)
+        if self.on_failed is not None:
+            try:
+                self.on_failed(error)
+            except Exception:
+                log.exception("flush failure callback failed")
+
+    @property
+    def has_waiters(self) -> bool:
+        return bool(self._waiters)
+
+    def busy(self) -> tuple[float, int, float]:
+        """(ms the flush in flight has been running, group-commit waiters, ms the oldest waiter has waited)."""
+        now = time.monotonic()
+        inflight = (now - self.inflight_since) * 1000 if self.inflight_since else 0.0
+        waiters = self._waiters
+        oldest = (asyncio.get_running_loop().time() - waiters[0][3]) * 1000 if waiters else 0.0
+        return inflight, len(waiters), oldest
 
     async def _flush_once(self, loop: asyncio.AbstractEventLoop) -> None:
         target = self.commitlog.max_offset
@@ -95,7 +159,9 @@ class FlushService:
             if end > start:
                 ranges.append((seg.backing, start, end))
                 segs.append((seg, end))
-        if self.disk.flush_in_thread:
+        if self._skip_fsync:
+            pass  # ORBITMQ_TEST_UNSAFE_NO_FSYNC: the harness checks that a power loss then loses acked data
+        elif self.disk.flush_in_thread:
             await loop.run_in_executor(None, flush_ranges, ranges)
         else:
             flush_ranges(ranges)
@@ -115,9 +181,13 @@ class FlushService:
         if self.flushed_offset >= end_offset:
             callback(True)
             return
+        if self.failed is not None:  # never a success after a failed fsync
+            callback(False)
+            return
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
-        self._waiters.append((end_offset, deadline, callback))
+        now = loop.time()
+        deadline = now + timeout_ms / 1000
+        self._waiters.append((end_offset, deadline, callback, now))
         if self._group_task is None or self._group_task.done():
             self._group_task = loop.create_task(self._run_group_commit_loop())
         expiry = self._expiry
@@ -130,6 +200,8 @@ class FlushService:
         """Wait until a flush covers `end_offset`; False on timeout or flush failure (data stays written)."""
         if self.flushed_offset >= end_offset:
             return True
+        if self.failed is not None:
+            return False
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self.add_waiter(end_offset, timeout_ms, partial(_resolve, fut))
         return await fut
@@ -143,7 +215,7 @@ class FlushService:
         else:
             done = [w for w in waiters if w[0] <= flushed]
             self._waiters = [w for w in waiters if w[0] > flushed]
-        for _end, _deadline, callback in done:
+        for _end, _deadline, callback, _at in done:
             _call(callback, ok)
 
     def _expire_waiters(self) -> None:
@@ -156,7 +228,7 @@ class FlushService:
         expired = [w for w in self._waiters if w[1] <= now]
         if expired:
             self._waiters = [w for w in self._waiters if w[1] > now]
-            for _end, _deadline, callback in expired:
+            for _end, _deadline, callback, _at in expired:
                 _call(callback, False)
         if self._waiters:
             self._expiry = loop.call_at(min(w[1] for w in self._waiters), self._expire_waiters)
@@ -166,8 +238,7 @@ class FlushService:
             try:
                 await self.flush()
                 ok = True
-            except Exception:  # a failed fsync: every waiter gets FLUSH_DISK_TIMEOUT, data stays written
-                log.exception("commitlog flush failed")
+            except Exception:  # a failed fsync (logged by _fail): every waiter is released with False, now and later
                 ok = False
             if self._waiters:
                 self._release(ok)
@@ -178,7 +249,10 @@ class FlushService:
     async def run_flush_loop(self, interval_ms: int, least_pages: int, thorough_interval_ms: int) -> None:
         while True:
             await asyncio.sleep(interval_ms / 1000)
-            await self.flush_if_due(least_pages, thorough_interval_ms)
+            try:
+                await self.flush_if_due(least_pages, thorough_interval_ms)
+            except Exception:  # _fail logged it and told the store (read-only): no flush is ever retried
+                return
 
     async def flush_if_due(self, least_pages: int, thorough_interval_ms: int) -> bool:
         dirty = self.dirty_bytes()
@@ -200,5 +274,5 @@ class FlushService:
             self._expiry.cancel()
             self._expiry = None
         waiters, self._waiters = self._waiters, []
-        for _end, _deadline, callback in waiters:
+        for _end, _deadline, callback, _at in waiters:
             _call(callback, False)

@@ -75,15 +75,21 @@ def request_of(msg: MessageExt, delay_spec: str = DEFAULT_DELAY_LEVELS) -> Dispa
     )
 
 
-def _flush_timed_out(result: PutResult) -> None:
-    """The group commit did not cover the put in time (or failed): the message stays written, the answer says so."""
+def _flush_timed_out(result: PutResult, flusher: FlushService) -> None:
+    """The group commit did not cover the put in time: the message stays written, the answer says so. If the flush
+    failed (the store is read-only now) the put is refused: SERVICE_NOT_AVAILABLE, never a success."""
+    if flusher.failed is not None:
+        result.status = PutStatus.SERVICE_NOT_AVAILABLE
+        marks.hit("put refused after a failed flush")
+        return
     result.status = PutStatus.FLUSH_DISK_TIMEOUT
     marks.hit("sync flush timeout")
 
 
-def _flushed_result(result: PutResult, callback: Callable[[PutResult], None], ok: bool) -> None:
+def _flushed_result(result: PutResult, callback: Callable[[PutResult], None], flusher: FlushService,
+                    ok: bool) -> None:
     if not ok:
-        _flush_timed_out(result)
+        _flush_timed_out(result, flusher)
     callback(result)
 
 
@@ -129,6 +135,7 @@ class MessageStore:
         self._shutdown = False
         self._tasks: list[asyncio.Task[None]] = []
         self.background_error: BaseException | None = None
+        self.read_only_reason = ""  # why the store refuses writes for good (a failed fsync); "" while writable
         self.recovery_decision: Decision | None = None
         self._memory_window = (self.config.physical_memory_bytes or _physical_memory()) * (
             self.config.access_message_in_memory_max_ratio
@@ -161,7 +168,7 @@ class MessageStore:
             self.index.load(not abort_present, index_ts)
         self._recover(abort_present, cp_state, cq_end)
         self.disk.touch(abort_path)
-        self.flusher = FlushService(self.commitlog, self.disk, self.clock, self._on_flushed)
+        self.flusher = FlushService(self.commitlog, self.disk, self.clock, self._on_flushed, self._on_flush_failed)
         self.retention = RetentionService(
             self.config, self.commitlog.segments, self.disk, self.clock, self._disk_usage, self._on_segments_deleted
         )
@@ -391,10 +398,14 @@ class MessageStore:
                 await t
         self._tasks.clear()
         assert self.flusher is not None
-        await self.flusher.flush()
-        await self.flusher.close()
-        self._flush_derived_and_checkpoint()
-        if self.background_error is None:
+        try:
+            await self.flusher.flush()
+            await self.flusher.close()
+            self._flush_derived_and_checkpoint()
+        except Exception as e:  # a failed fsync: keep the abort file (the next start recovers), close the files
+            self.set_read_only(f"flush at shutdown failed: {e!r}")
+            await self.flusher.close()
+        if self.background_error is None and not self.read_only_reason:
             self.disk.delete(os.path.join(self.root_dir, ABORT_FILE))
         self._close_files()
 
@@ -412,6 +423,8 @@ class MessageStore:
     def _refuse_reason(self) -> str | None:
         if not self._loaded or self._shutdown:
             return "store not running"
+        if self.read_only_reason:
+            return self.read_only_reason
         if self.background_error is not None:
             return "store background task failed"
         if self.retention is not None and self.retention.disk_full:
@@ -427,6 +440,31 @@ class MessageStore:
         if wait_end >= 0:
             return await self.wait_put_flushed(result, wait_end)
         return result
+
+    async def durable_barrier(self) -> None:
+        """Under SYNC_FLUSH: return once everything written so far is flushed, so a service (timer, delay) may
+        persist progress that claims its re-puts are stored. Raises FlushFailedError when the store cannot flush
+        (the progress must then not move). ASYNC_FLUSH promises no durability: returns at once."""
+        if not self.config.sync_flush or self.flusher is None or self._shutdown:
+            return
+        await self.flusher.flush()
+
+    def admission_remark(self) -> str | None:
+        """Admission control before a send (RocketMQ's BrokerFastFailure): the SYSTEM_BUSY remark when the disk
+        is too slow to take more (clients then send to another broker), else None. Cheap when the disk keeps up."""
+        f = self.flusher
+        if f is None or (not f.inflight_since and not f.has_waiters) or not self.config.broker_fast_failure_enable:
+            return None
+        inflight_ms, waiters, oldest_ms = f.busy()
+        if inflight_ms > self.config.os_page_cache_busy_timeout_ms:
+            marks.hit("send refused: page cache busy")
+            return (f"[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: "
+                    f"{int(inflight_ms)}ms, size of queue: {waiters}")
+        if oldest_ms > self.config.wait_time_ms_in_send_queue:
+            marks.hit("send refused: group commit queue too old")
+            return (f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: "
+                    f"{int(oldest_ms)}ms, size of queue: {waiters}")
+        return None
 
     def put_messages_nowait(self, msgs: list[MessageInner]) -> tuple[PutResult, int]:
         """The synchronous part of put_messages: append (and dispatch, unless visibility waits for the flush).
@@ -458,7 +496,7 @@ class MessageStore:
         """Second half of a SYNC_FLUSH put: wait for the group commit covering `end_offset`."""
         assert self.flusher is not None
         if self.config.sync_flush and not await self.flusher.wait_flushed(end_offset, self.config.sync_flush_timeout_ms):
-            _flush_timed_out(result)
+            _flush_timed_out(result, self.flusher)
         if self.replica.wait_ms and result.status is PutStatus.PUT_OK:
             result = await self.replica.wait(result, end_offset)  # SYNC_MASTER: wait for a slave
         return result
@@ -471,8 +509,18 @@ class MessageStore:
             return False
         assert self.flusher is not None
         self.flusher.add_waiter(end_offset, self.config.sync_flush_timeout_ms,
-                                partial(_flushed_result, result, callback))
+                                partial(_flushed_result, result, callback, self.flusher))
         return True
+
+    def _on_flush_failed(self, error: BaseException) -> None:
+        self.set_read_only(f"CommitLog flush failed: {error!r}")
+
+    def set_read_only(self, reason: str) -> None:
+        """Refuse every later write (SERVICE_NOT_AVAILABLE) for good; reads keep working. The first reason stays."""
+        if not self.read_only_reason:
+            self.read_only_reason = reason
+            marks.hit("store read-only")
+            log.critical("store is read-only from now on: %s", reason)
 
     def _on_flushed(self, offset: int, _store_ts: int) -> None:
         if not self._visible_on_flush:
@@ -746,4 +794,5 @@ class MessageStore:
             "masterEpoch": str(self.master_epoch),
             "recovery": d.mark if d is not None else "",
             "backgroundError": repr(self.background_error) if self.background_error else "",
+            "readOnly": self.read_only_reason,
         }

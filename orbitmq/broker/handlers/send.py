@@ -92,6 +92,12 @@ class SendReject(Exception):
         self.remark = remark
 
 
+def _admit(store: Any) -> None:
+    """Refuse a send with SYSTEM_BUSY and RocketMQ's flow-control remark while the store is too slow to take it."""
+    if (busy := store.admission_remark()) is not None:
+        raise SendReject(ResponseCode.SYSTEM_BUSY, busy)
+
+
 def decode_batch_body(body: bytes | memoryview) -> list[tuple[int, bytes, str]]:
     """SEND_BATCH_MESSAGE body (§4.7) -> [(flag, body, properties string)]. Raises ValueError if malformed.
     The native splitter when built (one call per batch); any malformed body goes to the Python twin, which
@@ -157,6 +163,7 @@ class SendProcessor:
         (no task per send). A put that also waits for a slave (SYNC_MASTER), or any wait with `defer` false,
         becomes a coroutine (the connection runs it as a task)."""
         try:
+            _admit(self.ctx.store)  # admission control: SYSTEM_BUSY while the disk is too slow (store-fail, #12.4)
             raw = req.ext_fields  # the header, decoded and range-checked once: the common V2 shape in one call
             h = decode_send_v2(SendMessageRequestHeader, raw) or _decode_header(raw)
             if h.batch or req.code == _SEND_BATCH:  # the C++ client marks batches with batch="1": h.batch too

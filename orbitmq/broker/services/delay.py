@@ -82,6 +82,7 @@ class ScheduleService:
         self.offsets: DelayOffsetTable = DelayOffsetTable()  # level -> next schedule-queue offset (C: versioned)
         self._wakes = [asyncio.Event() for _ in self.levels]
         self._persisted: dict[int, int] = {}
+        self._barrier_failed = False
         self._listening = False
         self.delivered = 0
 
@@ -106,6 +107,11 @@ class ScheduleService:
             tg.create_task(self._persist_loop(), name="delay offset persist")
 
     async def stop(self) -> None:
+        try:
+            await self.ctx.store.durable_barrier()  # SYNC_FLUSH: the re-puts are flushed before progress moves
+        except Exception as e:  # a failed flush: keep the old progress (re-delivery after restart, never loss)
+            log.error("delay offsets not persisted at stop: the CommitLog flush failed (%r)", e)
+            return
         self.persist()
 
     # ---- persistence ----
@@ -128,7 +134,15 @@ class ScheduleService:
             await asyncio.sleep(PERSIST_INTERVAL_S)
             snap = dict(self.offsets)
             if snap != self._persisted:
-                await self.env.writes.run(atomic_write, self.path, self.offsets.encode(settle=True))  # C: versioned
+                data = self.offsets.encode(settle=True)  # C: versioned; taken before the barrier (loops go on)
+                try:  # SYNC_FLUSH: every re-put counted in `data` is flushed before the offsets claim it
+                    await self.ctx.store.durable_barrier()
+                except Exception as e:  # the store is read-only now: the progress never moves past its flush
+                    if not self._barrier_failed:
+                        log.error("delay offsets no longer persisted: the CommitLog flush failed (%r)", e)
+                    self._barrier_failed = True
+                    continue
+                await self.env.writes.run(atomic_write, self.path, data)
                 self._persisted = snap
 
     # ---- delivery ----

@@ -193,7 +193,10 @@ class TimerService:
 
     # ---- wheel -------------------------------------------------------------------------------------------
     async def _commit(self, now: int) -> None:
-        """Checkpoint cursor_sec (fully delivered). The fsyncs run in a worker thread, off the event loop."""
+        """Checkpoint cursor_sec (fully delivered). The fsyncs run in a worker thread, off the event loop. Under
+        SYNC_FLUSH the re-puts of the delivered seconds are flushed first (durable_barrier raises if the CommitLog
+        cannot be flushed: the checkpoint then stays where it was)."""
+        await self.ctx.store.durable_barrier()
         store = self.store
         ckpt = store.prepare_commit(self.cursor_sec, self.enqueue_offset)
         self._inflight = asyncio.get_running_loop().run_in_executor(None, store.write_checkpoint, ckpt)

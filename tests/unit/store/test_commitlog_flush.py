@@ -210,7 +210,8 @@ def test_callback_waiters_expire_by_their_own_deadline_and_failures_release_all(
         assert calls == [("short", False)]
         await asyncio.sleep(0.5)
         assert ("long", True) in calls and len(calls) == 2  # each called exactly once
-        # a failing flush answers every waiter False (FLUSH_DISK_TIMEOUT), data stays written
+        # a failing flush answers every waiter False (SERVICE_NOT_AVAILABLE: never a success after a failed
+        # fsync), data stays written and readable, the store turns read-only
         s.disk.flush_delay_s = 0
 
         def boom(*_a):
@@ -228,8 +229,9 @@ def test_callback_waiters_expire_by_their_own_deadline_and_failures_release_all(
             if len(results) == 3:
                 break
             await asyncio.sleep(0.005)
-        assert [r.status for r in results] == [PutStatus.FLUSH_DISK_TIMEOUT] * 3
+        assert [r.status for r in results] == [PutStatus.SERVICE_NOT_AVAILABLE] * 3
         s.flusher._flush_once = orig
+        assert s.read_only_reason and s.put_messages_nowait([msg(20)])[0].status is PutStatus.SERVICE_NOT_AVAILABLE
         assert s.look_message_by_offset(results[0].phys_offset).body == b"m10"
         await s.shutdown()
 
