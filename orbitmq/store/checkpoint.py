@@ -8,6 +8,7 @@ is reported as invalid (recovery then scans from the first CommitLog file); a to
 from __future__ import annotations
 
 import os
+import struct
 import zlib
 from dataclasses import dataclass
 
@@ -22,6 +23,11 @@ from orbitmq.store.layout import (
     EPOCH_FILE,
 )
 
+# the extension field (logics_flushed_phys) and its own CRC, past RocketMQ's CRC at 40
+_EXT = struct.Struct(">qI")
+_EXT_VALUE = struct.Struct(">q")
+_EXT_POSITION = 48
+
 
 @dataclass(slots=True)
 class Checkpoint:
@@ -30,6 +36,10 @@ class Checkpoint:
     index_msg_timestamp: int = 0
     master_flushed_offset: int = 0
     confirm_phy_offset: int = 0
+    # OrbitMQ extension (after RocketMQ's fields and CRC; a Java-written page has zeros there, read as 0 =
+    # unknown): every ConsumeQueue and index entry of a record below this phys offset was durable when the
+    # checkpoint was taken, so a crash recovery re-dispatches from here instead of the checkpoint file's start.
+    logics_flushed_phys: int = 0
 
     def encode(self) -> bytes:
         head = CHECKPOINT.pack(
@@ -42,6 +52,8 @@ class Checkpoint:
         page = bytearray(CHECKPOINT_FILE_SIZE)
         page[: len(head)] = head
         CHECKPOINT_CRC.pack_into(page, CHECKPOINT_CRC_POSITION, zlib.crc32(head))
+        ext = _EXT_VALUE.pack(self.logics_flushed_phys)
+        _EXT.pack_into(page, _EXT_POSITION, self.logics_flushed_phys, zlib.crc32(ext))
         return bytes(page)
 
     @classmethod
@@ -53,7 +65,12 @@ class Checkpoint:
         crc = CHECKPOINT_CRC.unpack_from(data, CHECKPOINT_CRC_POSITION)[0]
         if crc != zlib.crc32(head) and not (crc == 0 and any(head)):
             return None
-        return cls(*CHECKPOINT.unpack(head))
+        cp = cls(*CHECKPOINT.unpack(head))
+        if len(data) >= _EXT_POSITION + _EXT.size:
+            value, ext_crc = _EXT.unpack_from(data, _EXT_POSITION)
+            if ext_crc == zlib.crc32(_EXT_VALUE.pack(value)) and value > 0:
+                cp.logics_flushed_phys = value
+        return cp
 
     def min_timestamp(self, index_enabled: bool) -> int:
         """Abnormal-recovery start time: min(physic, logics) - 3 s (and index time when the index is on)."""

@@ -480,6 +480,7 @@ class ConsumeQueueTable:
         self._all: list[ConsumeQueue] = []
         self._last: ConsumeQueue | None = None  # the queue of the last dispatch (dropped with its topic)
         self.last_dispatch_timestamp = 0  # store time of the newest dispatched record (checkpoint logics time)
+        self.last_dispatch_phys_end = 0  # phys end of the newest dispatched record (checkpoint logics_flushed_phys)
         self.skips = SkipLog("consume queue dispatch")  # records whose topic/queue cannot name a queue
 
     def load(self) -> None:
@@ -501,6 +502,7 @@ class ConsumeQueueTable:
         return best
 
     def truncate_dirty(self, phys_offset: int) -> None:
+        self.last_dispatch_phys_end = min(self.last_dispatch_phys_end, phys_offset)
         for cq in self._all:
             cq.truncate_dirty(phys_offset)
 
@@ -566,6 +568,7 @@ class ConsumeQueueTable:
             cq.close()
 
     def dispatch(self, req: DispatchRequest) -> None:
+        self.last_dispatch_phys_end = req.phys_offset + req.size
         tx = req.sys_flag & 0xC
         if tx == 4 or tx == 12:  # PREPARED / ROLLBACK halves never reach a consumer queue
             return

@@ -217,7 +217,11 @@ class MessageStore:
             self.index.truncate_dirty(stop)
         self.epochs.truncate(stop)
         scan_from = segs[first].start_offset if segs and first < len(segs) else stop
-        begin = cq_end if decision.redispatch_from is RedispatchFrom.CQ_END else min(cq_end, scan_from)
+        # a crash: the ConsumeQueues may lag the checkpoint; they were all durable up to logics_flushed_phys (when
+        # the checkpoint has it), so only that tail is re-dispatched, not the whole checkpoint segment
+        lfp = self.checkpoint.state.logics_flushed_phys if cp_state is CheckpointState.VALID else 0
+        begin = cq_end if decision.redispatch_from is RedispatchFrom.CQ_END else min(cq_end, max(scan_from, lfp))
+        self.checkpoint.state.logics_flushed_phys = min(lfp, stop)
         if self.index is not None and self.index.redispatch_from is not None:
             # the index loader dropped damaged entries: rebuild them (CQ dispatch skips what it already has)
             begin = min(begin, self.index.redispatch_from)
@@ -347,6 +351,7 @@ class MessageStore:
         set the checkpoint's timestamps to the ones taken now (they claim only what the ranges cover); the caller
         then saves the checkpoint."""
         logics_ts = self.cq_table.last_dispatch_timestamp
+        logics_phys = self.cq_table.last_dispatch_phys_end  # dispatch is synchronous: the ranges cover it (index too)
         cq_ranges, cq_done = self.cq_table.flush_plan()
         idx_ranges: list[Any] = []
         idx_done: list[Any] = []
@@ -360,6 +365,8 @@ class MessageStore:
             for f, hi in idx_done:
                 f.flushed_to(hi)
             self._set_derived_checkpoint(logics_ts, index_ts)
+            if logics_phys:
+                self.checkpoint.state.logics_flushed_phys = logics_phys
 
         return cq_ranges + idx_ranges, commit
 
@@ -696,6 +703,8 @@ class MessageStore:
         marks.hit("store truncate dirty")
         self.commitlog.segments.truncate(phys_offset)
         self.cq_table.truncate_dirty(phys_offset)
+        st = self.checkpoint.state
+        st.logics_flushed_phys = min(st.logics_flushed_phys, phys_offset)
         if self.index is not None:
             self.index.truncate_dirty(phys_offset)
         if self.flusher is not None:

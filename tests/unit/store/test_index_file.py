@@ -353,7 +353,7 @@ def test_abnormal_load_reindexes_a_record_split_across_a_destroyed_file(env):
     svc.flush()
     svc.close()
     crashed = make(slots=4, max_num=3)
-    crashed.load(False, T0 + 1000)  # file 2 is newer than the checkpoint: destroyed, and b with it
+    crashed.load(False, T0 + 500)  # file 2 began after the checkpoint: destroyed, and b with it
     assert crashed.max_phys_offset == 200 and q(crashed, "U") == []
     crashed.dispatch(req(200, keys="b", uniq="U", ts=T0 + 1000))
     crashed.dispatch(req(300, keys="c", ts=T0 + 2000))
@@ -387,12 +387,30 @@ def test_abnormal_load_drops_an_old_record_whose_other_keys_were_in_a_destroyed_
     svc.flush()
     svc.close()
     crashed = make(slots=4, max_num=3)
-    crashed.load(False, checkpoint - 1)  # file 2 counts as newer: destroyed with b and c
+    assert checkpoint == T0 + 3000
+    crashed.load(False, T0 + 999)  # file 2 (begun at T0 + 1000) counts as newer: destroyed with b and c
     assert crashed.redispatch_from == crashed.max_phys_offset == 200 and q(crashed, "U") == []
     for phys, keys, uniq, ts in ((200, "b", "U", 1000), (300, "c", None, 3000), (400, "d", None, 5000),
                                  (500, "e", None, 6000)):
         crashed.dispatch(req(phys, keys=keys, uniq=uniq, ts=T0 + ts))
     assert [q(crashed, k) for k in ("a", "U", "b", "c", "d", "e")] == [[100], [200], [200], [300], [400], [500]]
+
+
+def test_abnormal_load_keeps_the_file_being_written_and_re_dispatches_only_its_tail(env):
+    """The file being written at the crash began before the checkpoint: kept (destroying it would force a
+    re-dispatch of everything it indexed); only the newest, possibly partly written, record is re-indexed."""
+    _, _, make = env
+    svc = make(slots=4, max_num=20)
+    for i in range(10):
+        svc.dispatch(req(100 * (i + 1), keys=f"k{i}", ts=T0 + 1000 * i))
+    svc.flush()
+    svc.close()
+    crashed = make(slots=4, max_num=20)
+    crashed.load(False, T0 + 9000)  # the checkpoint covered everything up to the newest record's second
+    assert crashed.redispatch_from == 1000 and crashed.max_phys_offset == 1000
+    assert [q(crashed, f"k{i}") for i in range(9)] == [[100 * (i + 1)] for i in range(9)]
+    crashed.dispatch(req(1000, keys="k9", ts=T0 + 9000))
+    assert q(crashed, "k9") == [1000]
 
 
 def test_put_key_writes_what_put_of_the_key_hash_writes(tmp_path):
