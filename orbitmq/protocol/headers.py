@@ -210,7 +210,11 @@ def decode_send_v2_py(cls: type[SendMessageRequestHeader], ext: Any) -> SendMess
 
 _new = object.__new__
 _native = speedups()
-_decode_send_v2 = decode_send_v2_py if _native is None else _native.decode_send_v2
+if _native is not None:
+    _decode_send_v2 = _native.decode_send_v2
+else:  # without the extension the twin (a Python loop over the keys) costs more than it saves: general path only
+    def _decode_send_v2(cls: type[SendMessageRequestHeader], ext: Any) -> SendMessageRequestHeader | None:
+        return None
 decode_send_v2 = _decode_send_v2  # (cls, ext) -> header | None: the handler's first try, one call, no frame
 
 _V1_NAMES: Final = ("topic", "producerGroup", "queueId", "sysFlag", "bornTimestamp", "flag", "properties",

@@ -106,8 +106,9 @@ def test_pull_and_offset_headers():
 
 def test_cpp_client_send_header_takes_the_one_call_path():
     """The C++ client's SEND_MESSAGE (V1 names, numbers made text by the JSON layer, AccessKey/Signature/
-    OnsChannel, batch/unitMode "0"): decoded by decode_send_v2 (native when built), same as the general path."""
-    from orbitmq.protocol.headers import decode_send_v2
+    OnsChannel, batch/unitMode "0"): taken by the one-call decoder (decode_send_v2_py, twin of the native
+    decode_send_v2 used when the extension is built), with the same fields as the general path."""
+    from orbitmq.protocol.headers import decode_send_v2_py as decode_send_v2
 
     ext = {"AccessKey": "", "OnsChannel": "ALIYUN", "Signature": "9vrx=", "batch": "0",
            "bornTimestamp": "1795648937593", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4", "flag": "0",
