@@ -492,7 +492,12 @@ class MessageStore:
             self._pending.extend(appended.requests)
         else:
             self._confirm_offset = appended.end_offset
-            self.dispatcher.dispatch_many(appended.requests)
+            try:
+                self.dispatcher.dispatch_many(appended.requests)
+            except OSError as e:  # a ConsumeQueue/index file could not be created (ENOSPC, EMFILE): the record is
+                # in the CommitLog, its queue entry may be missing; recovery re-dispatches it after a restart
+                self.set_read_only(f"dispatch to the ConsumeQueue/index failed: {e!r}")
+                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE), -1
         if self.replica.on_written is not None:  # after the records are pending: a replica policy that confirms
             self.replica.on_written()  # them at once (a SyncStateSet of one) must find them to release
         if (self.config.sync_flush or self.replica.wait_ms) and msgs[0].properties.get(Prop.WAIT) != "false":

@@ -227,6 +227,7 @@ def test_slow_disk_turns_on_admission_control(knobs: dict[str, int], prefix: str
         assert remark is not None and remark.startswith(prefix) and "broker busy" in remark
         assert (await put).status is PutStatus.PUT_OK
         await _until(lambda: s.admission_remark() is None)  # the disk caught up: sends are admitted again
+        _disk.flush_delay_s = 0
         await s.shutdown()
 
     asyncio.run(main())
@@ -241,6 +242,7 @@ def test_admission_control_can_be_switched_off() -> None:
         await asyncio.sleep(0.05)
         assert s.admission_remark() is None
         await put
+        _disk.flush_delay_s = 0
         await s.shutdown()
 
     asyncio.run(main())
@@ -257,3 +259,18 @@ def test_send_handler_answers_system_busy() -> None:
     with pytest.raises(SendReject) as e:
         _admit(Busy())
     assert e.value.code == ResponseCode.SYSTEM_BUSY == 2 and e.value.remark.startswith("[PCBUSY_CLEAN_QUEUE]")
+
+
+def test_consume_queue_file_creation_failure_makes_store_read_only(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    async def main() -> None:
+        s = MessageStore(cfg(str(tmp_path)))
+        s.load()
+        assert (await s.put_message(msg(0))).status is PutStatus.PUT_OK  # CommitLog and T-0 queue files exist
+        monkeypatch.setattr(disk_mod.os, "posix_fallocate", lambda *_a: _eio_nospc())
+        r = await s.put_message(MessageInner("U", 0, b"x", {}))  # a new queue: its ConsumeQueue file fails
+        assert r.status is PutStatus.SERVICE_NOT_AVAILABLE
+        assert "ConsumeQueue" in s.runtime_info()["readOnly"]
+        assert s.get_message("G", "T", 0, 0, 32).status is GetStatus.FOUND
+        await s.shutdown()
+
+    asyncio.run(main())
