@@ -169,6 +169,7 @@ class RequestCode(IntEnum):
     ORBIT_NOTIFY_ROUTE_CHANGED = 9901
     ORBIT_RAFT_MESSAGE = 9902  # OrbitMQ private: Raft peer -> peer, oneway, ext {group, from}, body = raft codec batch
     ORBIT_RAFT_GROUP_READ_LOG = 9910  # OrbitMQ private: Raft group member -> leader, ext {offset, max}: CommitLog bytes
+    ORBIT_RAFT_GROUP_PROPOSE = 9911  # OrbitMQ private: Raft group member -> leader, ext {group, type}: propose, result
     # OrbitMQ private: controller-mode master -> SyncStateSet member, request/response, body JSON
     # {"masterEpoch":E,"offsets":[["topic@group",queueId,offset],...]}; SUCCESS = stored (offsets published only then)
     ORBIT_REPLICATE_CONSUMER_OFFSETS = 9903

@@ -92,24 +92,37 @@ def check_command_type(entry_type: int) -> None:
         raise ValueError(f"command entry type {entry_type:#x} outside {COMMAND_MIN:#x}..{COMMAND_MAX:#x}")
 
 
-_SNAP = struct.Struct(">4sBQQ")  # magic, version, applied index, CommitLog end offset after it
+_SNAP = struct.Struct(">4sBQQI")  # magic, version, applied index, CommitLog end offset after it, part count
+_PART = struct.Struct(">BI")  # part type, length; then the part's bytes
 SNAP_MAGIC = b"ORGS"
 _CHECKPOINT = struct.Struct(">4sBQQI")  # magic, version, applied index, CommitLog end, crc32 of what precedes
 CHECKPOINT_MAGIC = b"ORGC"
 
 
-def encode_snapshot(index: int, phys_end: int) -> bytes:
-    return _SNAP.pack(SNAP_MAGIC, 1, index, phys_end)
+def encode_snapshot(index: int, phys_end: int, parts: dict[int, bytes] | None = None) -> bytes:
+    parts = parts or {}
+    out = [_SNAP.pack(SNAP_MAGIC, 2, index, phys_end, len(parts))]
+    for kind in sorted(parts):
+        out.append(_PART.pack(kind, len(parts[kind])))
+        out.append(parts[kind])
+    return b"".join(out)
 
 
-def decode_snapshot(data: bytes) -> tuple[int, int]:
-    """(applied index, CommitLog end offset) of a group snapshot."""
-    if len(data) != _SNAP.size:
-        raise ProtocolError(f"raft group snapshot of {len(data)} bytes (expected {_SNAP.size})")
-    magic, version, index, phys_end = _SNAP.unpack(data)
-    if magic != SNAP_MAGIC or version != 1:
+def decode_snapshot(data: bytes) -> tuple[int, int, dict[int, bytes]]:
+    """(applied index, CommitLog end offset, {part type: bytes}) of a group snapshot."""
+    if len(data) < _SNAP.size:
+        raise ProtocolError(f"raft group snapshot of {len(data)} bytes (at least {_SNAP.size} expected)")
+    magic, version, index, phys_end, count = _SNAP.unpack_from(data)
+    if magic != SNAP_MAGIC or version != 2:
         raise ProtocolError(f"not a raft group snapshot (magic {magic!r}, version {version})")
-    return int(index), int(phys_end)
+    r = _Reader(data, _SNAP.size)
+    parts: dict[int, bytes] = {}
+    for _ in range(count):
+        kind, n = r.unpack(_PART)
+        parts[kind] = r.take(n)
+    if r.pos != len(data):
+        raise ProtocolError(f"raft group snapshot has {len(data) - r.pos} trailing bytes")
+    return int(index), int(phys_end), parts
 
 
 def encode_checkpoint(index: int, phys_end: int) -> bytes:

@@ -18,17 +18,23 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from orbitmq.acl.cluster import cluster_guarded, cluster_signer
-from orbitmq.base.errors import ConfigError, RemotingError
+from orbitmq.base.errors import ConfigError, OrbitMQError, RemotingError
 from orbitmq.base.fsio import atomic_write
 from orbitmq.broker.raft_mode.codec import (
     OFFSETS,
     TOPICS,
+    check_command_type,
     decode_checkpoint,
     encode_checkpoint,
     encode_command,
     encode_messages,
 )
-from orbitmq.broker.raft_mode.state_machine import CommandApply, CommitListener, GroupStateMachine
+from orbitmq.broker.raft_mode.state_machine import (
+    CommandApply,
+    CommitListener,
+    GroupStateMachine,
+    MessagesListener,
+)
 from orbitmq.broker.raft_mode.store_proxy import RaftStore
 from orbitmq.model.topic import TopicConfig
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
@@ -98,10 +104,12 @@ class RaftGroupService:
         bind = cfg.bind_address if cfg.bind_address not in ("", "0.0.0.0") else host  # noqa: S104
         self.server = RemotingServer(cluster_guarded(self._handle, cfg.cluster_secret,
                                                      (int(RequestCode.ORBIT_RAFT_MESSAGE),
-                                                      int(RequestCode.ORBIT_RAFT_GROUP_READ_LOG))),
+                                                      int(RequestCode.ORBIT_RAFT_GROUP_READ_LOG),
+                                                      int(RequestCode.ORBIT_RAFT_GROUP_PROPOSE))),
                                      bind, int(port), name="raft-group")
         self._sign = cluster_signer(cfg.cluster_secret)
         self._fetch: asyncio.Task[None] | None = None
+        self._forward_client: RemotingClient | None = None
         self.fetched_bytes = 0
         self.sm.on_behind = self._on_behind
         self.sm.register_command(OFFSETS, self._apply_offsets, internal=True)
@@ -127,6 +135,53 @@ class RaftGroupService:
 
     def add_commit_listener(self, cb: CommitListener) -> None:
         self.sm.add_commit_listener(cb)
+
+    def add_messages_listener(self, cb: MessagesListener) -> None:
+        self.sm.add_messages_listener(cb)
+
+    def register_snapshot_part(self, part_type: int, snapshot: Callable[[], bytes],
+                               restore: Callable[[bytes], None]) -> None:
+        self.sm.register_snapshot_part(part_type, snapshot, restore)
+
+    async def forward_command(self, entry_type: int, payload: bytes, timeout_ms: int = PROPOSE_TIMEOUT_MS) -> bytes:
+        """propose_command from any member: on the leader directly, else through the leader's Raft peer port
+        (ORBIT_RAFT_GROUP_PROPOSE). The apply result must be bytes (or None: b""). NotLeaderError when no leader is
+        known or the leader refused; OrbitMQError for an apply that raised there."""
+        if self.driver.is_leader:
+            return _result_bytes(await self.propose_command(entry_type, payload, timeout_ms))
+        leader = self.driver.leader_id
+        if not leader or leader == self.self_id:
+            raise NotLeaderError("", "no leader known to forward the command to")
+        cmd = RemotingCommand.request(RequestCode.ORBIT_RAFT_GROUP_PROPOSE,
+                                      {"group": self.group, "type": str(entry_type)}, payload)
+        client = self._forward_client
+        if client is None:
+            client = self._forward_client = RemotingClient(name="raft-group-forward", sign=self._sign)
+        resp = await client.invoke(self.peers[leader], cmd, timeout_ms + 1000)
+        if resp.code == ResponseCode.SUCCESS:
+            return bytes(resp.body or b"")
+        if resp.ext_fields and resp.ext_fields.get("notLeader") == "true":
+            raise NotLeaderError(resp.ext_fields.get("leader", ""), resp.remark or "")
+        raise OrbitMQError(f"forwarded command refused by {leader}: {resp.remark}")
+
+    async def _propose_forwarded(self, cmd: RemotingCommand) -> RemotingCommand:
+        ext = cmd.ext_fields or {}
+        try:
+            entry_type = int(ext.get("type", ""))
+            check_command_type(entry_type)
+        except ValueError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad command type: {e}")
+        if ext.get("group") != self.group:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"this member is in group {self.group}")
+        try:
+            result = await self.propose_command(entry_type, bytes(cmd.body or b""))
+        except NotLeaderError as e:
+            resp = cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+            resp.ext_fields = {"notLeader": "true", "leader": e.leader_id}
+            return resp
+        except Exception as e:  # noqa: BLE001 - the apply's error goes back to the forwarding member
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        return cmd.response(body=_result_bytes(result))
 
     # ---- writes -----------------------------------------------------------------------------------------------
     def accepting_writes(self) -> bool:
@@ -284,12 +339,16 @@ class RaftGroupService:
         await self.driver.stop()
         with contextlib.suppress(Exception):
             await self.server.stop()
+        if self._forward_client is not None:
+            await self._forward_client.close()
 
     def _handle(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
         if cmd.code == RequestCode.ORBIT_RAFT_MESSAGE:
             return self.transport.handle(conn, cmd)
         if cmd.code == RequestCode.ORBIT_RAFT_GROUP_READ_LOG:
             return self._read_log(cmd)
+        if cmd.code == RequestCode.ORBIT_RAFT_GROUP_PROPOSE:
+            return self._propose_forwarded(cmd)  # type: ignore[return-value]  # the server awaits a coroutine
         if cmd.is_oneway:
             return None
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -382,6 +441,14 @@ class RaftGroupService:
             out["dLegerBehind"] = f"{self.real_store.max_phys_offset}..{self.sm.behind[1]}"
         out["dLegerFetchedBytes"] = str(self.fetched_bytes)
         return out
+
+def _result_bytes(result: object) -> bytes:
+    if result is None:
+        return b""
+    if isinstance(result, bytes | bytearray | memoryview):
+        return bytes(result)
+    raise TypeError(f"a forwarded command's apply must return bytes or None, not {type(result).__name__}")
+
 
 def create(ctx: BrokerContext, env: ServiceEnv) -> RaftGroupService | None:
     if not ctx.config.enable_dleger_commit_log:

@@ -21,11 +21,14 @@ from orbitmq.broker.raft_mode.codec import (
     decode_snapshot,
     encode_snapshot,
 )
+from orbitmq.store.results import MessageInner, PutResult
 
 log = logging.getLogger("orbitmq.broker.raft_mode")
 
 CommandApply = Callable[[int, bytes], object]
 CommitListener = Callable[[int], None]
+MessagesListener = Callable[[int, list[MessageInner], PutResult], None]
+SnapshotPart = tuple[Callable[[], bytes], Callable[[bytes], None]]
 
 
 class GroupStateMachine:
@@ -35,6 +38,8 @@ class GroupStateMachine:
         self.store = store
         self._commands: dict[int, CommandApply] = {}
         self._commit_listeners: list[CommitListener] = []
+        self._messages_listeners: list[MessagesListener] = []
+        self._parts: dict[int, SnapshotPart] = {}
         self._based = False  # the store's content has been matched to the Raft log (restore or first apply)
         self.applied = 0
         self.behind: tuple[int, int] | None = None  # (our CommitLog end, snapshot's) when a snapshot left us behind
@@ -55,6 +60,18 @@ class GroupStateMachine:
 
     def add_commit_listener(self, cb: CommitListener) -> None:
         self._commit_listeners.append(cb)
+
+    def add_messages_listener(self, cb: MessagesListener) -> None:
+        """cb(index, messages, put result) after a MESSAGES entry is stored here (every member, log order)."""
+        self._messages_listeners.append(cb)
+
+    def register_snapshot_part(self, part_type: int, snapshot: Callable[[], bytes],
+                               restore: Callable[[bytes], None]) -> None:
+        """A module's state saved in the group snapshot (snapshot() at the applied index) and handed back to
+        restore() when a snapshot is restored (at start or installed from the leader)."""
+        if part_type in self._parts:
+            raise ValueError(f"snapshot part {part_type:#x} is already registered")
+        self._parts[part_type] = (snapshot, restore)
 
     # ---- raft.StateMachine -------------------------------------------------------------------------------------
     def apply(self, index: int, data: bytes) -> object:
@@ -93,6 +110,11 @@ class GroupStateMachine:
                 self.apply_errors += 1
                 log.error("raft group: entry %d (%d messages) not stored here: %s", index, len(msgs),
                           result.status.value)
+            for cb in list(self._messages_listeners):
+                try:
+                    cb(index, msgs, result)
+                except Exception:
+                    log.exception("raft group: messages listener failed")
             return result, wait_end
         fn = self._commands.get(kind)
         if fn is None:
@@ -102,14 +124,15 @@ class GroupStateMachine:
         return fn(index, data[1:])
 
     def snapshot(self) -> bytes:
-        return encode_snapshot(self.applied, self.store.max_phys_offset)
+        parts = {kind: snap() for kind, (snap, _) in self._parts.items()}
+        return encode_snapshot(self.applied, self.store.max_phys_offset, parts)
 
     def _base_on_checkpoint(self, floor_index: int) -> bool:
         """At start: the CommitLog already holds the MESSAGES entries up to the checkpoint's index (above
         `floor_index`, the snapshot's): cut it back to the checkpoint's end and skip those entries."""
         cp, self.checkpoint = self.checkpoint, None
-        if cp is None or cp[0] <= floor_index:
-            return False
+        if cp is None or cp[0] <= floor_index or self._messages_listeners:
+            return False  # messages listeners must see every MESSAGES entry after the snapshot: no skipping
         index, end = cp
         have = self.store.max_phys_offset
         if have < end:
@@ -125,7 +148,13 @@ class GroupStateMachine:
     def restore(self, data: bytes) -> None:
         starting = not self._based
         self._based = True
-        snap_index, target = decode_snapshot(data)
+        snap_index, target, parts = decode_snapshot(data)
+        for kind, part in parts.items():
+            entry = self._parts.get(kind)
+            if entry is None:
+                log.error("raft group: snapshot part %#x that no module registered: ignored", kind)
+            else:
+                entry[1](part)
         if starting and self._base_on_checkpoint(snap_index):
             self.behind = None
             return

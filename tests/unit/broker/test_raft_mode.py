@@ -43,9 +43,13 @@ def test_messages_round_trip_and_malformed_entries() -> None:
         decode_messages(data + b"x")
     with pytest.raises(ValueError, match="outside"):
         encode_command(MESSAGES, b"")
-    assert decode_snapshot(encode_snapshot(7, 12345)) == (7, 12345)
+    assert decode_snapshot(encode_snapshot(7, 12345)) == (7, 12345, {})
+    with_parts = encode_snapshot(7, 12345, {0x10: b"a", 0x11: b""})
+    assert decode_snapshot(with_parts) == (7, 12345, {0x10: b"a", 0x11: b""})
     with pytest.raises(ProtocolError):
-        decode_snapshot(b"ORGX" + bytes(17))
+        decode_snapshot(b"ORGX" + bytes(21))
+    with pytest.raises(ProtocolError, match="truncated"):
+        decode_snapshot(with_parts[:-1])
     cp = encode_checkpoint(9, 4096)
     assert decode_checkpoint(cp) == (9, 4096)
     assert decode_checkpoint(cp[:-1]) is None and decode_checkpoint(cp[:-1] + b"x") is None
