@@ -15,7 +15,7 @@ import os
 import time
 from typing import Any
 
-from orbitmq.base.errors import CorruptionError
+from orbitmq.base.errors import CorruptionError, StoreError
 from orbitmq.broker.context import BrokerContext
 from orbitmq.broker.services import ServiceEnv
 from orbitmq.broker.services.timer_log import TimerStore
@@ -115,6 +115,7 @@ class TimerService:
         self._last_commit_ms = 0
         self._opened = False
         self._inflight: asyncio.Future[None] | None = None
+        self._commit_failed = False
         self.enqueued = 0
         self.delivered = 0
         self.lost = 0
@@ -211,7 +212,13 @@ class TimerService:
             return False  # something of that second is still undelivered (put refused): retry later
         store = self.store
         if store.detached_slot >= 0 or now - self._last_commit_ms >= _COMMIT_INTERVAL_MS:
-            await self._commit(now)
+            try:
+                await self._commit(now)
+            except StoreError as e:  # the CommitLog cannot be flushed (read-only store): the checkpoint stays
+                if not self._commit_failed:
+                    log.error("timer checkpoint not moved: the CommitLog flush failed (%r)", e)
+                self._commit_failed = True
+                return False
             now = self.clock.now_ms()
         sec = self.cursor_sec + 1
         slot = sec % store.slot_count
