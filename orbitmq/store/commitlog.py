@@ -333,8 +333,9 @@ class CommitLog:
             return None
         return self.store_timestamp_at(seg.start_offset, size)
 
-    def scan(self, start_index: int, check_crc: bool) -> tuple[RecordKind, int]:
-        """Validate records forward from segment `start_index`; returns (why it stopped, stop phys offset).
+    def scan(self, start_index: int, check_crc: bool, start_pos: int = 0) -> tuple[RecordKind, int]:
+        """Validate records forward from segment `start_index` (at `start_pos` in it: a record boundary); returns
+        (why it stopped, stop phys offset).
 
         BLANK moves to the next segment; the scan stops at END, INVALID or past the last segment (END).
         """
@@ -343,7 +344,7 @@ class CommitLog:
             return RecordKind.END, 0
         i = start_index
         seg = segs[i]
-        pos = 0
+        pos = start_pos
         while True:
             kind, size = check_record(seg.buf, pos, seg.start_offset + pos, check_crc)
             if kind is RecordKind.RECORD:

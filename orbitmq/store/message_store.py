@@ -137,6 +137,7 @@ class MessageStore:
         self.background_error: BaseException | None = None
         self.read_only_reason = ""  # why the store refuses writes for good (a failed fsync); "" while writable
         self.recovery_decision: Decision | None = None
+        self._lfp_candidates: list[int] = []  # derived-flushed phys ends not yet below the CommitLog flushed offset
         self._memory_window = (self.config.physical_memory_bytes or _physical_memory()) * (
             self.config.access_message_in_memory_max_ratio
         ) // 100
@@ -189,7 +190,14 @@ class MessageStore:
             first = choose_checkpoint_file([cl.first_record_time(s) for s in segs], min_ts)
         else:
             first = 0
-        kind, stop = cl.scan(first, self.config.check_crc_on_recover)
+        # logics_flushed_phys is a record boundary below the CommitLog's flushed offset: validate from there, not
+        # from the checkpoint segment's start (up to 1 GiB; what lies before it was durable and validated then)
+        lfp = self.checkpoint.state.logics_flushed_phys if start is ScanStart.CHECKPOINT_FILE else 0
+        lfp_seg = cl.segments.find(lfp) if lfp else None
+        pos = 0
+        if lfp_seg is not None and segs and lfp > segs[first].start_offset:
+            first, pos = segs.index(lfp_seg), lfp - lfp_seg.start_offset
+        kind, stop = cl.scan(first, self.config.check_crc_on_recover, pos)
         flushed = self.checkpoint.state.master_flushed_offset if cp_state is CheckpointState.VALID else 0
         later_valid = stop < flushed and cl.has_valid_record_between(stop, flushed)
         tail = classify_tail(kind, stop, flushed, later_valid)
@@ -200,6 +208,8 @@ class MessageStore:
                  "%s)", "previous run crashed" if abort_present else "new store" if cp_state is CheckpointState.MISSING
                  else "previous run stopped cleanly", cp_state.value, tail.value, decision.tail_action.value, first,
                  stop, kind.value)
+        if pos:
+            log.info("store recovery: validated from phys %d (the derived checkpoint), %d bytes", lfp, stop - lfp)
         if decision.tail_action is TailAction.REFUSE:
             seg = cl.segments.find(stop)
             raise CorruptionError(
@@ -365,10 +375,23 @@ class MessageStore:
             for f, hi in idx_done:
                 f.flushed_to(hi)
             self._set_derived_checkpoint(logics_ts, index_ts)
-            if logics_phys:
-                self.checkpoint.state.logics_flushed_phys = logics_phys
+            self._advance_logics_flushed(logics_phys)
 
         return cq_ranges + idx_ranges, commit
+
+    def _advance_logics_flushed(self, phys_end: int) -> None:
+        """Record `phys_end` (every CQ/index entry below it now durable) as the checkpoint's logics_flushed_phys once
+        the CommitLog is flushed past it too: recovery then both validates and re-dispatches from there."""
+        cands = self._lfp_candidates
+        if phys_end and (not cands or phys_end > cands[-1]):
+            cands.append(phys_end)
+        flushed = self.flusher.flushed_offset if self.flusher is not None else 0
+        done = [c for c in cands if c <= flushed]
+        if done:
+            st = self.checkpoint.state
+            st.logics_flushed_phys = max(st.logics_flushed_phys, done[-1])
+            del cands[: len(done)]
+        del cands[:-8]  # a bounded backlog (the CommitLog flush catches up within a tick or two)
 
     def _set_derived_checkpoint(self, logics_ts: int, index_ts: int) -> None:
         if not index_ts:
@@ -494,15 +517,28 @@ class MessageStore:
             self._confirm_offset = appended.end_offset
             try:
                 self.dispatcher.dispatch_many(appended.requests)
-            except OSError as e:  # a ConsumeQueue/index file could not be created (ENOSPC, EMFILE): the record is
-                # in the CommitLog, its queue entry may be missing; recovery re-dispatches it after a restart
-                self.set_read_only(f"dispatch to the ConsumeQueue/index failed: {e!r}")
-                return PutResult(PutStatus.SERVICE_NOT_AVAILABLE), -1
+            except OSError as e:  # a ConsumeQueue/index file could not be created (ENOSPC, EMFILE)
+                return self._undo_append(result, e), -1
         if self.replica.on_written is not None:  # after the records are pending: a replica policy that confirms
             self.replica.on_written()  # them at once (a SyncStateSet of one) must find them to release
         if (self.config.sync_flush or self.replica.wait_ms) and msgs[0].properties.get(Prop.WAIT) != "false":
             return result, appended.end_offset
         return result, -1
+
+    def _undo_append(self, result: PutResult, error: OSError) -> PutResult:
+        """Dispatch failed right after the append (no await in between: nothing was replicated or flushed-and-
+        answered for it): cut the CommitLog back to before the put so no record lacks its queue entry, and refuse
+        the put (CREATE_MAPPED_FILE_FAILED, retried by clients); the store stays writable (a full descriptor table
+        or disk is transient). If even that fails, the store turns read-only (recovery re-dispatches at restart)."""
+        marks.hit("put undone after a failed dispatch")
+        log.error("dispatch of the put at %d failed (%r): the put is undone and refused", result.phys_offset, error)
+        try:
+            self.truncate_dirty(result.phys_offset)
+        except Exception as e:
+            self.set_read_only(f"dispatch to the ConsumeQueue/index failed ({error!r}) and the put could not be "
+                               f"undone ({e!r})")
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
+        return PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED)
 
     async def wait_put_flushed(self, result: PutResult, end_offset: int) -> PutResult:
         """Second half of a SYNC_FLUSH put: wait for the group commit covering `end_offset`."""
@@ -710,6 +746,7 @@ class MessageStore:
         self.cq_table.truncate_dirty(phys_offset)
         st = self.checkpoint.state
         st.logics_flushed_phys = min(st.logics_flushed_phys, phys_offset)
+        self._lfp_candidates.clear()
         if self.index is not None:
             self.index.truncate_dirty(phys_offset)
         if self.flusher is not None:

@@ -297,6 +297,7 @@ def test_crash_recovery_re_dispatches_only_the_tail_after_the_derived_checkpoint
     # indexed in the checkpoint's last second: its keys may be partly on disk)
     assert mark - 400 < begin <= mark and seg_start < begin and n in (10, 11) and int(m.group(3)) == end
     assert s2.checkpoint.state.logics_flushed_phys == mark
+    assert f"validated from phys {mark} (the derived checkpoint), {end - mark} bytes" in caplog.text
     assert all_bodies(s2) == sorted(b"%06d" % i for i in range(160))
     assert len(s2.query_message("T", "k155", 10, 0, 1 << 62).buffers) == 1
     assert len(s2.query_message("T", "k149", 10, 0, 1 << 62).buffers) == 1
