@@ -308,4 +308,5 @@ def test_seeded_fuzz_keeps_the_broker_serving_within_memory(tmp_path: Path) -> N
 @pytest.mark.timeout(1800)
 def test_seeded_fuzz_large(tmp_path: Path) -> None:
     stats = _run_acceptance_fuzz(tmp_path, 200_000)
+    print("fuzz:", stats)
     assert stats["checks"] == 201
