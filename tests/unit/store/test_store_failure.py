@@ -261,16 +261,22 @@ def test_send_handler_answers_system_busy() -> None:
     assert e.value.code == ResponseCode.SYSTEM_BUSY == 2 and e.value.remark.startswith("[PCBUSY_CLEAN_QUEUE]")
 
 
-def test_consume_queue_file_creation_failure_makes_store_read_only(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_consume_queue_file_creation_failure_undoes_the_put(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     async def main() -> None:
         s = MessageStore(cfg(str(tmp_path)))
         s.load()
         assert (await s.put_message(msg(0))).status is PutStatus.PUT_OK  # CommitLog and T-0 queue files exist
+        end = s.max_phys_offset
         monkeypatch.setattr(disk_mod.os, "posix_fallocate", lambda *_a: _eio_nospc())
         r = await s.put_message(MessageInner("U", 0, b"x", {}))  # a new queue: its ConsumeQueue file fails
-        assert r.status is PutStatus.SERVICE_NOT_AVAILABLE
-        assert "ConsumeQueue" in s.runtime_info()["readOnly"]
-        assert s.get_message("G", "T", 0, 0, 32).status is GetStatus.FOUND
+        assert r.status is PutStatus.CREATE_MAPPED_FILE_FAILED
+        assert s.max_phys_offset == end and not s.read_only_reason  # undone; transient, the store stays writable
+        assert (await s.put_message(msg(1))).status is PutStatus.PUT_OK  # an existing queue still takes writes
+        monkeypatch.undo()
+        r = await s.put_message(MessageInner("U", 0, b"y", {}))
+        assert r.status is PutStatus.PUT_OK and r.queue_offset == 0
+        assert s.get_message("G", "U", 0, 0, 32).msg_count == 1
+        assert s.get_message("G", "T", 0, 0, 32).msg_count == 2
         await s.shutdown()
 
     asyncio.run(main())
