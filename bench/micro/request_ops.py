@@ -68,6 +68,9 @@ class _StubStore:
         self._result = PutResult
         self._ok = PutStatus.PUT_OK
 
+    def admission_remark(self) -> str | None:
+        return None  # a disk that keeps up: admission control (store-fail, #12.4) lets every send in
+
     def put_messages_nowait(self, msgs: list[Any]) -> tuple[Any, int]:
         self.offset += 1
         return self._result(self._ok, self.offset * 1200, 1200, [f"7F00000100002A9F{self.offset:016X}"],
