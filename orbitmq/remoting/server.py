@@ -216,6 +216,12 @@ class RemotingServer:
                     continue
                 log.warning("%s: accept failed: %s", self.name, e)
                 continue
+            cap = self.limits.max_connections
+            if 0 < cap <= len(self._sniffing) + len(self._connections):  # silent sockets count too
+                conn_sock.close()
+                self.refused_count += 1
+                self._limit_hit(LIMIT_MAX_CONNECTIONS)
+                continue
             task = loop.create_task(self._sniff(loop, conn_sock))
             self._sniffing.add(task)
             task.add_done_callback(self._sniffing.discard)

@@ -149,3 +149,29 @@ def test_config_errors_are_one_line(pki, tmp_path: Path):
     with pytest.raises(ConfigError, match="authServer"):
         client_context(TlsClientConfig(True, auth_server=True))
     assert server_context(TlsServerConfig()) is None
+
+
+def test_permissive_counts_silent_sockets_against_the_connection_cap(run, pki):
+    from orbitmq.remoting.limits import LIMIT_MAX_CONNECTIONS, ServerLimits
+
+    async def main():
+        hits: list[str] = []
+        server = RemotingServer(echo, "127.0.0.1", 0, ssl_context=server_context(srv_cfg(pki, "permissive")),
+                                tls_mode="permissive", limits=ServerLimits(max_connections=1),
+                                on_limit=hits.append)
+        await server.start()
+        try:
+            r1, w1 = await asyncio.open_connection("127.0.0.1", server.port)  # says nothing: being sniffed
+            deadline = asyncio.get_running_loop().time() + 10
+            while not server._sniffing:
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.01)
+            r2, w2 = await asyncio.open_connection("127.0.0.1", server.port)
+            assert await asyncio.wait_for(r2.read(1), 10) == b""
+            assert hits == [LIMIT_MAX_CONNECTIONS]
+            w1.close()
+            w2.close()
+        finally:
+            await server.stop()
+
+    run(main())
