@@ -107,8 +107,10 @@ ERROR_BY_CODE: dict[int, type[ResponseError]] = {
     )
 }
 
-# Codes after which a sync send is retried on another broker (Java `retryResponseCodes`).
-SEND_RETRY_CODES = frozenset({1, 14, 16, 17, 204, 205})
+# Codes after which a sync send is retried on another broker (Java `retryResponseCodes`), plus SYSTEM_BUSY (2):
+# the broker's admission control ([PCBUSY_CLEAN_QUEUE] / [TIMEOUT_CLEAN_QUEUE], docs/design/durability.md) stored
+# nothing and asks the client to go elsewhere.
+SEND_RETRY_CODES = frozenset({1, 2, 14, 16, 17, 204, 205})
 
 
 def error_for_response(code: int, remark: str | None = None, addr: str | None = None) -> ResponseError:
