@@ -17,6 +17,7 @@ LAYER = {
     "remoting": 3,
     "replication": 4,
     "raft": 4,
+    "delivery": 4,  # the replicated consumption state machine (pure; used by Raft broker groups)
     "lease": 4,
     "acl": 4,
     "broker": 5,
