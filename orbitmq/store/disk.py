@@ -106,6 +106,9 @@ class MmapBacking:
         try:
             if create:
                 _allocate(fd, size)
+                # the allocated size is file metadata: durable only by an fsync of the file (the directory fsync that
+                # follows covers the name); else a power loss leaves a named, empty segment that fails the next start
+                os.fsync(fd)
             elif os.fstat(fd).st_size < size:
                 os.ftruncate(fd, size)
             mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
