@@ -40,12 +40,12 @@ class Sweep:
     trials: int = 0
 
 
-def _setup(tmp_path: Path, seed: int, unsafe_no_fsync: bool = False) -> Sweep:
+def _setup(tmp_path: Path, seed: int, unsafe_no_fsync: bool = False, **broker_keys: object) -> Sweep:
     PowerFS.require()
     sa_dir = tmp_path / "sa"
     fs = PowerFS(sa_dir / "store", tmp_path / "powerfs").mount()
     sa = Standalone(sa_dir, flushDiskType="SYNC_FLUSH", mappedFileSizeCommitLog=SEGMENT,
-                    mappedFileSizeConsumeQueue=4000 * 20, maxMessageSize=64 * 1024)
+                    mappedFileSizeConsumeQueue=4000 * 20, maxMessageSize=64 * 1024, **broker_keys)
     if unsafe_no_fsync:
         sa.proc.env["ORBITMQ_TEST_UNSAFE_NO_FSYNC"] = "1"
     return Sweep(fs, sa, random.Random(seed))
@@ -161,3 +161,79 @@ def test_power_loss_sweep_many_trials(tmp_path: Path) -> None:
     print(f"power-loss sweep: {sw.trials} trials, {len(sw.acked)} acknowledged messages all read back, seed {seed}")
     assert not sw.lost, f"seed {seed}: acknowledged messages lost: " + "; ".join(
         f"trial {t}: {len(keys)} e.g. {keys[:3]}" for t, keys in sw.lost)
+
+
+# ---- faults injected by the same file system ------------------------------------------------------------
+async def _send_some(sa: Standalone, prefix: str, n: int) -> tuple[dict[str, int], list[str]]:
+    """Send n messages one by one: (key -> queue offset of the acknowledged, error/status of the others)."""
+    acked: dict[str, int] = {}
+    refused: list[str] = []
+    async with Producer(f"{prefix}_pg", namesrv=sa.namesrv_addr, send_timeout_ms=3000, retry_times=0) as p:
+        for i in range(n):
+            key = f"{prefix}{i}"
+            m = Message(TOPIC, f"{key}:".encode() + os.urandom(500), {})
+            m.keys = key
+            try:
+                r = await p.send(m)
+            except Exception as e:
+                refused.append(str(e))
+                continue
+            if r.status == SendStatus.SEND_OK:
+                acked[key] = r.queue_offset
+            else:
+                refused.append(r.status.value)
+    return acked, refused
+
+
+async def _runtime_info(sa: Standalone) -> dict[str, str]:
+    from orbitmq.client import Admin
+    async with Admin(sa.namesrv_addr) as admin:
+        return await admin.broker_runtime_info(sa.broker_addr)
+
+
+def _fault_setup(tmp_path: Path) -> tuple[PowerFS, Standalone]:
+    # no admission control here: a slow FUSE fsync on a busy machine would refuse a send with SYSTEM_BUSY
+    sw = _setup(tmp_path, seed=0, brokerFastFailureEnable=False)
+    sw.sa.start()
+    return sw.fs, sw.sa
+
+
+def test_eio_on_fsync_turns_the_store_read_only(tmp_path: Path) -> None:
+    fs, sa = _fault_setup(tmp_path)
+    try:
+        before, refused = asyncio.run(_send_some(sa, "pre", 20))
+        assert len(before) == 20 and not refused, refused
+        fs.control("eio_fsync on")
+        during, refused = asyncio.run(_send_some(sa, "eio", 5))
+        assert not during, f"acknowledged although every fsync fails: {during}"
+        assert refused
+        fs.control("eio_fsync off")  # the disk "recovers": the store must stay read-only (fsyncgate)
+        after, refused = asyncio.run(_send_some(sa, "post", 5))
+        assert not after and refused and all("SERVICE_NOT_AVAILABLE" in r or "code 14" in r for r in refused), refused
+        assert sa.proc.running
+        info = asyncio.run(_runtime_info(sa))
+        assert "Input/output error" in info.get("readOnly", ""), info.get("readOnly")
+        seen = asyncio.run(_read_back(Sweep(fs, sa, random.Random(0))))
+        assert set(before) <= seen  # reads keep working
+    finally:
+        sa.close()
+        fs.close()
+
+
+def test_enospc_on_write_refuses_writes_without_a_crash_and_reads_work(tmp_path: Path) -> None:
+    fs, sa = _fault_setup(tmp_path)
+    try:
+        before, refused = asyncio.run(_send_some(sa, "pre", 20))
+        assert len(before) == 20 and not refused, refused
+        fs.control("enospc on")
+        # enough to need new CommitLog segments too (SEGMENT is 256 KiB): both the mmap write-back and the
+        # allocation of a new file meet ENOSPC
+        during, refused = asyncio.run(_send_some(sa, "full", 40))
+        assert not during, f"acknowledged although the disk is full: {sorted(during)[:5]}"
+        assert len(refused) == 40
+        assert sa.proc.running, "the broker died on a full disk"
+        seen = asyncio.run(_read_back(Sweep(fs, sa, random.Random(0))))
+        assert set(before) <= seen
+    finally:
+        sa.close()
+        fs.close()
