@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orbitmq.testing.procs import _die_with_parent
+
 CAPACITY = 8 * 1024 * 1024 * 1024  # what statfs reports: the store's disk-usage checks see a mostly empty disk
 BLOCK = 4096
 
@@ -411,7 +413,8 @@ class PowerFS:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "orbitmq.testing.powerfs", str(self.mountpoint),
                                           str(self.image), self.sock], stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout_s
         while not (os.path.ismount(self.mountpoint) and os.path.exists(self.sock)):
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -154,6 +154,7 @@ def test_power_loss_sweep_catches_a_missing_fsync(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(4 * 3600)  # ~10-25 s a trial (two broker starts, a remount), more on a busy machine
 def test_power_loss_sweep_many_trials(tmp_path: Path) -> None:
     seed = int(os.environ.get("ORBITMQ_POWERLOSS_SEED", time.time_ns() % 1_000_000))
     trials = int(os.environ.get("ORBITMQ_POWERLOSS_TRIALS", "100"))
