@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from orbitmq.base.clock import now_ms
@@ -93,7 +93,7 @@ def handlers(ctx: BrokerContext) -> dict[int, Handler]:
 
 # ---- topics --------------------------------------------------------------------------------------------------
 def _topic_handlers(ctx: BrokerContext) -> dict[int, Handler]:
-    def update_and_create_topic(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    def update_and_create_topic(conn: Any, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         if _is_slave(ctx):
             return _error(cmd, SLAVE_REMARK)
         ext = cmd.ext_fields
@@ -117,9 +117,9 @@ def _topic_handlers(ctx: BrokerContext) -> dict[int, Handler]:
             return _error(cmd, err)
         ctx.topics.create_or_update(tc)
         ctx.request_register()
-        return cmd.response()
+        return ctx.topics.answer_when_written(cmd.response())
 
-    def delete_topic_in_broker(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    def delete_topic_in_broker(conn: Any, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         if _is_slave(ctx):
             return _error(cmd, SLAVE_REMARK)
         topic = ext_str(cmd.ext_fields, "topic")
@@ -133,7 +133,7 @@ def _topic_handlers(ctx: BrokerContext) -> dict[int, Handler]:
         ctx.store.delete_topics({topic})
         if existed:
             ctx.request_register()
-        return cmd.response()
+        return ctx.topics.answer_when_written(cmd.response())
 
     def get_all_topic_config(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(body=ctx.topics.encode())
@@ -159,7 +159,7 @@ def validate_group_config(cfg: SubscriptionGroupConfig) -> str | None:
 
 
 def _group_handlers(ctx: BrokerContext) -> dict[int, Handler]:
-    def update_and_create_subscription_group(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    def update_and_create_subscription_group(conn: Any, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         if _is_slave(ctx):
             return _error(cmd, SLAVE_REMARK)
         if not cmd.body:
@@ -172,19 +172,19 @@ def _group_handlers(ctx: BrokerContext) -> dict[int, Handler]:
         if err:
             return _error(cmd, err)
         ctx.groups.update(cfg)
-        return cmd.response()
+        return ctx.groups.answer_when_written(cmd.response())
 
     def get_all_subscription_group_config(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(body=ctx.groups.encode())
 
-    def delete_subscription_group(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+    def delete_subscription_group(conn: Any, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         if _is_slave(ctx):
             return _error(cmd, SLAVE_REMARK)
         group = ext_str(cmd.ext_fields, "groupName")
         ctx.groups.delete(group)
         if ext_bool(cmd.ext_fields, "removeOffset", False):
             ctx.offsets.remove_group(group)
-        return cmd.response()
+        return ctx.groups.answer_when_written(cmd.response())
 
     return {
         RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: update_and_create_subscription_group,

@@ -16,7 +16,7 @@ import itertools
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
 import orjson
@@ -26,6 +26,7 @@ from orbitmq.broker.metadata.data_version import DataVersion, load_config_file
 from orbitmq.broker.metadata.quota import AutoCreateQuota
 
 C = TypeVar("C")
+R = TypeVar("R")
 log = logging.getLogger("orbitmq.broker.metadata")
 
 
@@ -115,6 +116,22 @@ class VersionedTable(Generic[C]):
 
     def _encode_and_write(self, seq: int, version: Any, table: dict[str, C]) -> None:
         self._write(seq, orjson.dumps(self._snapshot_obj(version, table), option=orjson.OPT_INDENT_2))
+
+    def write_pending(self) -> bool:
+        """A background write of this table is scheduled or running (changes not yet on disk)."""
+        return self._writer is not None and not self._writer.done()
+
+    def answer_when_written(self, resp: R) -> R | Awaitable[R]:
+        """`resp` as it is when nothing is waiting to be written, else an awaitable of it that completes once the
+        table is on disk: an admin change (create/update/delete topic or group) is answered only when durable."""
+        if not self.write_pending():
+            return resp
+
+        async def later() -> R:
+            await self.flushed()
+            return resp
+
+        return later()
 
     async def flushed(self) -> None:
         """Wait until every change made so far is on disk."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -404,3 +406,30 @@ def test_reset_offset_errors(env: Env) -> None:
 def test_handlers_cover_the_admin_codes(env: Env) -> None:
     codes = set(admin.handlers(env.ctx))
     assert codes == {17, 215, 21, 200, 201, 207, 202, 208, 203, 204, 300, 28, 26, 222}
+
+
+def test_admin_changes_are_answered_once_on_disk(env: Env, tmp_path: Path) -> None:
+    """With a loop running, topic/group tables are written behind (off the loop); an admin create/update/delete is
+    answered only after its table is on disk, so an acknowledged change survives a crash right after the answer."""
+    topics_file = tmp_path / "store" / "config" / "topics.json"
+    groups_file = tmp_path / "store" / "config" / "subscriptionGroup.json"
+
+    async def run() -> None:
+        cmd = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, _topic_ext("Durable", 2, 2))
+        result = admin.handlers(env.ctx)[RequestCode.UPDATE_AND_CREATE_TOPIC](None, cmd)
+        resp = await result if inspect.isawaitable(result) else result
+        assert resp.code == ResponseCode.SUCCESS
+        assert "Durable" in json.loads(topics_file.read_bytes())["topicConfigTable"]
+
+        cmd = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, b'{"groupName":"GD"}')
+        result = admin.handlers(env.ctx)[RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP](None, cmd)
+        resp = await result if inspect.isawaitable(result) else result
+        assert resp.code == ResponseCode.SUCCESS
+        assert "GD" in json.loads(groups_file.read_bytes())["subscriptionGroupTable"]
+
+        cmd = RemotingCommand.request(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "GD"})
+        result = admin.handlers(env.ctx)[RequestCode.DELETE_SUBSCRIPTIONGROUP](None, cmd)
+        resp = await result if inspect.isawaitable(result) else result
+        assert "GD" not in json.loads(groups_file.read_bytes())["subscriptionGroupTable"]
+
+    asyncio.run(run())
