@@ -266,6 +266,20 @@ class ServerProcess:
                 raise RuntimeError(f"{self.name} not listening on {pending} after "
                                    f"{self.ready_timeout_s}s\n--- log tail ({self.log_path}) ---\n{self.log_tail()}")
             time.sleep(0.05)
+        if self._answers_when_ready():
+            while not all(_past_starting(f"{self.host}:{p}") for p in self.ports):
+                if not self.running:
+                    raise RuntimeError(f"{self.name} exited with code {self.returncode} while starting"
+                                       f"\n--- log tail ({self.log_path}) ---\n{self.log_tail()}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.name} still answering 'starting' after {self.ready_timeout_s}s"
+                                       f"\n--- log tail ({self.log_path}) ---\n{self.log_tail()}")
+                time.sleep(0.05)
+
+    def _answers_when_ready(self) -> bool:
+        """A broker (or a standalone) binds its port before it is ready and answers "starting" until then
+        (docs/design/restart.md): ready means past that, not just listening."""
+        return "orbitmq.cli.main" in self.argv and any(a in ("broker", "standalone") for a in self.argv)
 
     async def wait_ready_async(self, timeout_s: float | None = None) -> None:
         await asyncio.to_thread(self.wait_ready, timeout_s)
@@ -353,6 +367,20 @@ def blocking_request(addr: str, cmd: Any, timeout_s: float = 3.0) -> Any:
             for resp in decoder.feed(data):
                 if resp.is_response and resp.opaque == cmd.opaque:
                     return resp
+
+
+def _past_starting(addr: str) -> bool:
+    """False while `addr` answers SERVICE_NOT_AVAILABLE "starting" (or does not answer within a second); True on any
+    other answer, or when the port does not speak plain remoting (TLS enforcing closes on our frame)."""
+    from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+
+    try:
+        resp = blocking_request(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}), 1.0)
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+    return not (resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and "starting" in (resp.remark or ""))
 
 
 def registered_broker_addrs(namesrv_addr: str, timeout_s: float = 3.0) -> set[str]:

@@ -273,7 +273,8 @@ def test_slave_refuses_frames_from_a_stale_master_epoch(tmp_path: Path) -> None:
             async def at(offset: int) -> bool:
                 return (await runtime(addr))["commitLogMaxOffset"] == str(offset)
             await wait_for(lambda: at(half), 20, "first half from epoch 5")
-            assert (await runtime(addr))["masterEpoch"] == "5"
+            rt = await runtime(addr)
+            assert rt["masterEpoch"] == "5", rt
             # a deposed master (epoch 3) reconnects and tries to stream the rest
             state.update(epoch=3, until=len(data))
             state["writer"].close()
