@@ -154,6 +154,10 @@ def broker_conf_keys(store_dir: str | os.PathLike[str], port: int, namesrv_addr:
         # small files keep tests fast and light on tmpfs
         "mappedFileSizeCommitLog": 64 * 1024 * 1024,
         "mappedFileSizeConsumeQueue": 300_000 * 20 // 10,
+        # segments are fallocated (a full disk refuses writes instead of SIGBUS): the default index file would take
+        # 420 MB of real disk per broker; 4 MB here (the CommitLog above is 64 MiB)
+        "maxHashSlotNum": 50_000,
+        "maxIndexNum": 200_000,
     }
     base.update(keys)
     return base
