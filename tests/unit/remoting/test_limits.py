@@ -8,9 +8,6 @@ import asyncio
 import socket
 import struct
 
-import pytest
-import uvloop
-
 from orbitmq.protocol import FrameDecoder, RemotingCommand, RequestCode, encode_frame
 from orbitmq.remoting import Connection, RemotingServer
 from orbitmq.remoting.limits import (
@@ -21,20 +18,6 @@ from orbitmq.remoting.limits import (
     InputBudget,
     ServerLimits,
 )
-
-
-@pytest.fixture(params=["asyncio", "uvloop"])
-def run(request):
-    factory = uvloop.new_event_loop if request.param == "uvloop" else asyncio.new_event_loop
-
-    def runner(coro, timeout=30):
-        async def bounded():
-            return await asyncio.wait_for(coro, timeout)
-
-        with asyncio.Runner(loop_factory=factory) as r:
-            return r.run(bounded())
-
-    return runner
 
 
 def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

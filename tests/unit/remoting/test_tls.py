@@ -8,7 +8,6 @@ import socket
 from pathlib import Path
 
 import pytest
-import uvloop
 
 from orbitmq.base.errors import ConfigError, RemotingConnectError
 from orbitmq.protocol import RemotingCommand, RequestCode
@@ -20,20 +19,6 @@ from orbitmq.testing.certs import Pki, make_pki
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(params=["asyncio", "uvloop"])
-def run(request):
-    factory = uvloop.new_event_loop if request.param == "uvloop" else asyncio.new_event_loop
-
-    def runner(coro, timeout=30):
-        async def bounded():
-            return await asyncio.wait_for(coro, timeout)
-
-        with asyncio.Runner(loop_factory=factory) as r:
-            return r.run(bounded())
-
-    return runner
 
 
 def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
