@@ -51,6 +51,10 @@ class SendHook(Protocol):
     def after_put(self, conn: Any, req: Any, msgs: list[Any], result: Any) -> None: ...
 
 
+def _same_id(broker_id: int) -> int:
+    return broker_id
+
+
 @dataclass
 class BrokerContext:
     config: BrokerConfig
@@ -80,6 +84,9 @@ class BrokerContext:
     read_fence: Callable[[], tuple[int, str] | None] = _open_fence
     # a consumer offset committed inside a PULL (commitOffset flag); controller mode forwards it to the replicas
     offset_committed: Callable[[str, str, int, int], None] = _no_listener
+    # slave reads: the brokerId a pull answer suggests when the consumer is slow, given the group's
+    # whichBrokerWhenConsumeSlowly. Raft groups (raft_mode) map it to a follower that is in the route now.
+    slave_read_target: Callable[[int], int] = _same_id
 
     def set_role(self, broker_role: str, broker_id: int) -> None:
         """The one place a broker's role changes at runtime (controller mode): everything that reads

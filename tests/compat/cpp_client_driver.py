@@ -154,7 +154,7 @@ def pull(a: dict) -> None:
     n = 0
     deadline = time.time() + a.get("timeout_s", 60)
     while n < a["expect"] and time.time() < deadline:
-        for msg in c.pull(a["topic"], a.get("expression", "*"), 32):
+        for msg in c.pull(a["topic"], a.get("expression", "*"), a.get("batch", 32)):
             emit({"recv": received(msg)})
             n += 1
         if n < a["expect"]:

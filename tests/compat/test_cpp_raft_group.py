@@ -37,7 +37,10 @@ def test_cpp_client_sends_and_pulls_with_slave_read(group: RaftGroup, cpp) -> No
     prod.finish()
     sent = prod.sent()
     assert len(sent) == 60 and all(s.get("status", 0) == 0 for s in sent), sent[:3]
-    cons = cpp("pull", group="CG_raft", namesrv=g.ns_addr, topic=topic, expect=60, timeout_s=60)
+    # batches of 8 (a queue holds ~15): the leader serves a queue's first batch and suggests a follower (the
+    # messages left behind it exceed 0 % of memory), so the rest of that queue comes from the follower. With the
+    # default 32 the leader's first pull emptied every queue and no follower ever had anything to serve.
+    cons = cpp("pull", group="CG_raft", namesrv=g.ns_addr, topic=topic, expect=60, timeout_s=60, batch=8)
     cons.finish()
     got = {r["key"] if "key" in r else r["keys"]: r for r in cons.received()}
     assert set(got) == {s["key"] for s in sent}

@@ -182,7 +182,8 @@ class PullProcessor:
         status = result.status
         code = _status_code(status, queue_offset)
         if cfg.slave_read_enable:
-            suggest = sgc.which_broker_when_consume_slowly if result.suggest_pull_from_slave else sgc.broker_id
+            suggest = (ctx.slave_read_target(sgc.which_broker_when_consume_slowly) if result.suggest_pull_from_slave
+                       else sgc.broker_id)
         else:
             suggest = MASTER_ID
         # RIP-32, as Java 5: an acting slave serves pulls like a master. Any other slave without slave

@@ -80,6 +80,15 @@ def follower_broker_id(peers: dict[str, str], self_id: str) -> int:
     """A follower's brokerId: its position in dLegerPeers + 1 (n0 -> 1, n1 -> 2, ...)."""
     return list(peers).index(self_id) + 1
 
+def slave_read_target(peers: dict[str, str], leader_id: str, wanted: int) -> int:
+    """The follower the leader sends a slow consumer to. The leader is brokerId 0 in the route and each follower
+    its position in dLegerPeers + 1, so the group's whichBrokerWhenConsumeSlowly (1 by default) may name the
+    leader's own follower id, absent from the route (a C++ client then falls back to the master and no follower
+    ever serves). Keeps `wanted` when it is another member's id, else the lowest such id."""
+    ids = sorted(follower_broker_id(peers, p) for p in peers if p != leader_id)
+    return wanted if wanted in ids or not ids else ids[0]
+
+
 class RaftGroupService:
     name = "raft_group"
 
@@ -121,7 +130,11 @@ class RaftGroupService:
         self.role_changes = 0
         self.topics_adopted = 0
         ctx.store = RaftStore(self.real_store, self)  # type: ignore[assignment]
+        ctx.slave_read_target = self.slave_read_target
         ctx.set_role("SLAVE", self.follower_id)  # a fenced follower until Raft names a leader
+
+    def slave_read_target(self, wanted: int) -> int:
+        return slave_read_target(self.peers, self.self_id, wanted)
 
     # ---- hooks for other modules (docs/design/raft-group.md, "Hooks") -----------------------------------------
     def register_command(self, entry_type: int, apply: CommandApply) -> None:
@@ -456,5 +469,5 @@ def create(ctx: BrokerContext, env: ServiceEnv) -> RaftGroupService | None:
     return RaftGroupService(ctx, env)
 
 
-__all__ = ["RaftGroupService", "create", "follower_broker_id", "group_peers"]
+__all__ = ["RaftGroupService", "create", "follower_broker_id", "group_peers", "slave_read_target"]
 

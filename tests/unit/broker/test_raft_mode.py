@@ -20,7 +20,7 @@ from orbitmq.broker.raft_mode.codec import (
     encode_messages,
     encode_snapshot,
 )
-from orbitmq.broker.raft_mode.service import follower_broker_id, group_peers
+from orbitmq.broker.raft_mode.service import follower_broker_id, group_peers, slave_read_target
 from orbitmq.broker.raft_mode.state_machine import GroupStateMachine
 from orbitmq.store import MessageStore, StoreConfig
 from orbitmq.store.results import MessageInner
@@ -125,6 +125,9 @@ def test_command_hook_and_unknown_types() -> None:
 def test_config_checks() -> None:
     peers = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
     assert follower_broker_id(group_peers(peers), "n2") == 3
+    # slave reads go to a follower in the route: n0 leading is brokerId 0, so id 1 (its own) becomes 2
+    assert [slave_read_target(group_peers(peers), lead, 1) for lead in ("n0", "n1", "n2")] == [2, 1, 1]
+    assert slave_read_target(group_peers(peers), "n1", 3) == 3
     ok = BrokerConfig(broker_role="SLAVE", broker_id=1, enable_dleger_commit_log=True, dleger_peers=peers,
                       dleger_self_id="n1")
     ok.validate()
