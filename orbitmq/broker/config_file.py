@@ -140,6 +140,7 @@ BROKER_KEYS: dict[str, str] = {
     "dLegerPeers": "dleger_peers",
     "dLegerSelfId": "dleger_self_id",
     "raftSnapshotEvery": "raft_snapshot_every",
+    "localDeliveryGroups": "local_delivery_groups",
     "syncFromLastFile": "sync_from_last_file",
     "metricsExporterType": "metrics_exporter_type",
     "metricsPromExporterHost": "metrics_prom_exporter_host",
@@ -173,6 +174,8 @@ STORE_KEYS: dict[str, str] = {
     "brokerFastFailureEnable": "broker_fast_failure_enable",
     "osPageCacheBusyTimeOutMills": "os_page_cache_busy_timeout_ms",
     "waitTimeMillsInSendQueue": "wait_time_ms_in_send_queue",
+    "maxFilterMessageSize": "max_filter_message_size",  # RocketMQ 5's key (ConsumeQueue bytes per filtered scan)
+    "maxFilterMessageCount": "max_filter_message_size",  # the same bound under RocketMQ 4's name (also bytes)
 }
 
 # RocketMQ keys that are valid in a Java broker.conf but have no meaning here (thread pools, netty, ...).

@@ -56,6 +56,10 @@ class StoreConfig:
     broker_fast_failure_enable: bool = field(default=True, metadata=_meta(hot_reloadable=True))
     os_page_cache_busy_timeout_ms: int = field(default=1_000, metadata=_meta(hot_reloadable=True))
     wait_time_ms_in_send_queue: int = field(default=200, metadata=_meta(hot_reloadable=True))
+    # bound of one pull's ConsumeQueue scan (RocketMQ's maxFilterMessageSize / getMessage's maxFilterMessageCount),
+    # in ConsumeQueue bytes: a pull reads at most max(this, maxMsgNums * 20) / 20 entries (16000 -> 800), so a tag or
+    # SQL92 filter matching nothing answers after that many entries with the offset to go on from
+    max_filter_message_size: int = 16_000
 
     def validate(self) -> None:
         if not self.store_path_root_dir:
@@ -76,6 +80,8 @@ class StoreConfig:
             raise ConfigError("mappedFileSizeConsumeQueue must be a positive multiple of 20")
         if self.max_message_size <= 0:
             raise ConfigError("maxMessageSize must be positive")
+        if self.max_filter_message_size < CQ_ENTRY_SIZE:
+            raise ConfigError(f"maxFilterMessageSize must be at least {CQ_ENTRY_SIZE} (one ConsumeQueue entry)")
         if self.max_message_size >= self.mapped_file_size_commitlog - 1024:
             raise ConfigError("mappedFileSizeCommitLog must be larger than maxMessageSize + 1 KiB")
         for name in ("flush_interval_commitlog_ms", "sync_flush_timeout_ms", "flush_interval_consume_queue_ms",
