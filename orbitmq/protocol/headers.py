@@ -287,3 +287,62 @@ class UpdateConsumerOffsetRequestHeader:
     def decode(cls, ext: dict[str, Any] | None) -> UpdateConsumerOffsetRequestHeader:
         return cls(read_str(ext, "consumerGroup"), read_str(ext, "topic"), read_int(ext, "queueId", INT_MIN, INT_MAX),
                    read_int(ext, "commitOffset", LONG_MIN, LONG_MAX))
+
+
+class GetMaxOffsetRequestHeader:
+    """GET_MAX_OFFSET (30) header: topic, queueId. Also the shape of GET_MIN_OFFSET (31) and
+    GET_EARLIEST_MSG_STORETIME (32) (their own subclasses below, as RocketMQ has one class per request)."""
+
+    __slots__ = ("topic", "queue_id")
+
+    def __init__(self, topic: str, queue_id: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+
+    @classmethod
+    def decode(cls, ext: dict[str, Any] | None) -> GetMaxOffsetRequestHeader:
+        return cls(read_str(ext, "topic"), read_int(ext, "queueId", INT_MIN, INT_MAX))
+
+
+class GetMinOffsetRequestHeader(GetMaxOffsetRequestHeader):
+    """GET_MIN_OFFSET (31) header: topic, queueId."""
+
+    __slots__ = ()
+
+
+class GetEarliestMsgStoretimeRequestHeader(GetMaxOffsetRequestHeader):
+    """GET_EARLIEST_MSG_STORETIME (32) header: topic, queueId."""
+
+    __slots__ = ()
+
+
+class SearchOffsetRequestHeader:
+    """SEARCH_OFFSET_BY_TIMESTAMP (29) header: topic, queueId, timestamp."""
+
+    __slots__ = ("topic", "queue_id", "timestamp")
+
+    def __init__(self, topic: str, queue_id: int, timestamp: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.timestamp = timestamp
+
+    @classmethod
+    def decode(cls, ext: dict[str, Any] | None) -> SearchOffsetRequestHeader:
+        return cls(read_str(ext, "topic"), read_int(ext, "queueId", INT_MIN, INT_MAX),
+                   read_int(ext, "timestamp", LONG_MIN, LONG_MAX))
+
+
+class UnregisterClientRequestHeader:
+    """UNREGISTER_CLIENT (35) header: clientID, and producerGroup / consumerGroup when the client had one."""
+
+    __slots__ = ("client_id", "producer_group", "consumer_group")
+
+    def __init__(self, client_id: str, producer_group: str | None = None, consumer_group: str | None = None) -> None:
+        self.client_id = client_id
+        self.producer_group = producer_group
+        self.consumer_group = consumer_group
+
+    @classmethod
+    def decode(cls, ext: dict[str, Any] | None) -> UnregisterClientRequestHeader:
+        return cls(read_str(ext, "clientID"), read_str(ext, "producerGroup", None),
+                   read_str(ext, "consumerGroup", None))

@@ -13,8 +13,9 @@ from orbitmq.broker.filter.sql92 import SqlParseError, compile_sql92
 from orbitmq.broker.handlers.guard import guarded
 from orbitmq.broker.metadata.quota import AutoCreateRefused
 from orbitmq.model.names import consumer_group_error, group_error, topic_error
-from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_str, fastjson
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, fastjson
 from orbitmq.protocol.bodies import HeartbeatData
+from orbitmq.protocol.headers import UnregisterClientRequestHeader
 
 log = logging.getLogger("orbitmq.broker.heartbeat")
 
@@ -112,11 +113,9 @@ class ClientManageProcessor:
         return resp
 
     def unregister_client(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
-        ext = req.ext_fields
-        client_id = ext_str(ext, "clientID")
-        producer_group = ext_str(ext, "producerGroup", None)
-        consumer_group = ext_str(ext, "consumerGroup", None)
-        self.ctx.clients.unregister(conn, client_id, producer_group=producer_group, consumer_group=consumer_group)
+        h = UnregisterClientRequestHeader.decode(req.ext_fields)
+        self.ctx.clients.unregister(conn, h.client_id, producer_group=h.producer_group,
+                                    consumer_group=h.consumer_group)
         return req.response(ResponseCode.SUCCESS)
 
     def check_client_config(self, conn: Any, req: RemotingCommand) -> RemotingCommand:

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 from orbitmq.broker.handlers.guard import guarded
 from orbitmq.model.record import POS_PHYS_OFFSET
-from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_int, ext_str
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.protocol.headers import (
+    GetEarliestMsgStoretimeRequestHeader,
+    GetMaxOffsetRequestHeader,
+    GetMinOffsetRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
 from orbitmq.store import GetStatus
 
 if TYPE_CHECKING:
@@ -42,47 +50,40 @@ def handlers(ctx: BrokerContext) -> dict[int, Handler]:
         fence = ctx.read_fence()  # controller mode: offsets not synced yet (a stale answer would roll a consumer back)
         if fence is not None:
             return cmd.response(*fence)
-        ext = cmd.ext_fields
-        group = ext_str(ext, "consumerGroup")
-        topic = ext_str(ext, "topic")
-        queue_id = ext_int(ext, "queueId")
-        offset = offsets.query(group, topic, queue_id)
+        h = QueryConsumerOffsetRequestHeader.decode(cmd.ext_fields)
+        topic, queue_id = h.topic, h.queue_id
+        offset = offsets.query(h.consumer_group, topic, queue_id)
         if offset >= 0:
             return cmd.response(ext_fields={"offset": str(offset)})
         # 5.x clients may send setZeroIfNotFound=false to disable the "start from 0" rule below.
-        zero_allowed = str(ext.get("setZeroIfNotFound", "true")).lower() != "false" if ext else True
-        if zero_allowed and store.get_min_offset_in_queue(topic, queue_id) <= 0:
+        if h.set_zero_if_not_found and store.get_min_offset_in_queue(topic, queue_id) <= 0:
             if first_message_in_memory(store, topic, queue_id):
                 return cmd.response(ext_fields={"offset": "0"})
         return cmd.response(ResponseCode.QUERY_NOT_FOUND, NOT_FOUND_REMARK)
 
     def update_consumer_offset(conn: Any, cmd: RemotingCommand) -> RemotingCommand | None:
-        ext = cmd.ext_fields
-        offsets.commit(
-            ext_str(ext, "consumerGroup"), ext_str(ext, "topic"), ext_int(ext, "queueId"), ext_int(ext, "commitOffset")
-        )
+        h = UpdateConsumerOffsetRequestHeader.decode(cmd.ext_fields)
+        offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         return None if cmd.is_oneway else cmd.response()
 
     def get_max_offset(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        ext = cmd.ext_fields
-        offset = store.get_max_offset_in_queue(ext_str(ext, "topic"), ext_int(ext, "queueId"))
+        h = GetMaxOffsetRequestHeader.decode(cmd.ext_fields)
+        offset = store.get_max_offset_in_queue(h.topic, h.queue_id)
         return cmd.response(ext_fields={"offset": str(offset)})
 
     def get_min_offset(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        ext = cmd.ext_fields
-        offset = store.get_min_offset_in_queue(ext_str(ext, "topic"), ext_int(ext, "queueId"))
+        h = GetMinOffsetRequestHeader.decode(cmd.ext_fields)
+        offset = store.get_min_offset_in_queue(h.topic, h.queue_id)
         return cmd.response(ext_fields={"offset": str(offset)})
 
     def search_offset_by_timestamp(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        ext = cmd.ext_fields
-        offset = store.get_offset_in_queue_by_time(
-            ext_str(ext, "topic"), ext_int(ext, "queueId"), ext_int(ext, "timestamp")
-        )
+        h = SearchOffsetRequestHeader.decode(cmd.ext_fields)
+        offset = store.get_offset_in_queue_by_time(h.topic, h.queue_id, h.timestamp)
         return cmd.response(ext_fields={"offset": str(offset)})
 
     def get_earliest_msg_storetime(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        ext = cmd.ext_fields
-        ts = store.get_earliest_message_time(ext_str(ext, "topic"), ext_int(ext, "queueId"))
+        h = GetEarliestMsgStoretimeRequestHeader.decode(cmd.ext_fields)
+        ts = store.get_earliest_message_time(h.topic, h.queue_id)
         return cmd.response(ext_fields={"timestamp": str(ts)})
 
     def get_all_consumer_offset(conn: Any, cmd: RemotingCommand) -> RemotingCommand:

@@ -16,7 +16,8 @@ from orbitmq.broker.long_poll import LongPollService
 from orbitmq.broker.metadata.quota import AutoCreateRefused
 from orbitmq.model.enums import Perm
 from orbitmq.model.tags import java_hash, tags_of_expression
-from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_int, ext_str
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.protocol.headers import PullMessageRequestHeader
 from orbitmq.store import GetStatus
 
 FLAG_COMMIT_OFFSET = 0x1
@@ -39,6 +40,8 @@ def tag_codes(expression: str | None) -> frozenset[int] | None:
         return None
     return frozenset(java_hash(t) for t in tags)
 
+
+_decode_pull = PullMessageRequestHeader.decode
 
 # statuses meaning "this queue ends before the requested offset" (a slave that is behind)
 _SLAVE_BEHIND = frozenset({GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.NO_MESSAGE_IN_QUEUE,
@@ -76,17 +79,17 @@ class PullProcessor:
         return self.process(conn, req, allow_suspend=False)
 
     def process(self, conn: Any, req: RemotingCommand, allow_suspend: bool) -> RemotingCommand | None:
-        ext = req.ext_fields
-        group = ext_str(ext, "consumerGroup")
-        topic = ext_str(ext, "topic")
-        queue_id = ext_int(ext, "queueId")
-        queue_offset = ext_int(ext, "queueOffset")
+        h = _decode_pull(req.ext_fields)  # typed, range-checked once (a HeaderError is answered SYSTEM_ERROR)
+        group = h.consumer_group
+        topic = h.topic
+        queue_id = h.queue_id
+        queue_offset = h.queue_offset
         # bounds (docs/design/security.md "Limits"): the batch is capped like the store caps it, at least 1
-        max_msg_nums = min(max(ext_int(ext, "maxMsgNums"), 1), self.ctx.config.max_pull_msg_nums or 2**31 - 1)
-        sys_flag = ext_int(ext, "sysFlag")
-        commit_offset = ext_int(ext, "commitOffset")
-        suspend_timeout_ms = ext_int(ext, "suspendTimeoutMillis")
-        checked = self._check(conn, req, group, topic, queue_id, sys_flag)
+        max_msg_nums = min(max(h.max_msg_nums, 1), self.ctx.config.max_pull_msg_nums or 2**31 - 1)
+        sys_flag = h.sys_flag
+        commit_offset = h.commit_offset
+        suspend_timeout_ms = h.suspend_timeout_millis
+        checked = self._check(conn, req, h, group, topic, queue_id, sys_flag)
         if isinstance(checked, RemotingCommand):
             return checked
         sgc, codes, record_filter = checked
@@ -107,8 +110,8 @@ class PullProcessor:
             self.ctx.offset_committed(group, topic, queue_id, commit_offset)
         return response
 
-    def _check(self, conn: Any, req: RemotingCommand, group: str, topic: str, queue_id: int,
-               sys_flag: int) -> RemotingCommand | tuple[Any, frozenset[int] | None, Any]:
+    def _check(self, conn: Any, req: RemotingCommand, h: PullMessageRequestHeader, group: str, topic: str,
+               queue_id: int, sys_flag: int) -> RemotingCommand | tuple[Any, frozenset[int] | None, Any]:
         """The §3.2 checks in Java order: an error response, or (group config, tag codes or None for all,
         SQL92 record filter or None)."""
         ctx = self.ctx
@@ -134,8 +137,8 @@ class PullProcessor:
                                 f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
                                 f"[{tc.read_queue_nums}] consumer:[{getattr(conn, 'remote_addr', '')}]")
         if sys_flag & FLAG_SUBSCRIPTION:
-            expression = ext_str(req.ext_fields, "subscription", "*")
-            expression_type = ext_str(req.ext_fields, "expressionType", "TAG") or "TAG"
+            expression = "*" if h.subscription is None else h.subscription
+            expression_type = h.expression_type or "TAG"
         else:
             cgi = ctx.clients.consumer_group(group)
             if cgi is None:
@@ -148,7 +151,7 @@ class PullProcessor:
             if sub is None:
                 return req.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
                                     f"the consumer's subscription not exist, {group}")
-            if sub.sub_version < ext_int(req.ext_fields, "subVersion", 0):
+            if sub.sub_version < h.sub_version:
                 return req.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
             expression = sub.sub_string
             expression_type = sub.expression_type or "TAG"

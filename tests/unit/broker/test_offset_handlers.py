@@ -117,6 +117,20 @@ def test_missing_required_header_raises_header_error(env: Env) -> None:
         env.call(RequestCode.UPDATE_CONSUMER_OFFSET, _q("G", "T", 0))
 
 
+def test_offset_headers_are_range_checked(env: Env) -> None:
+    """The handlers read typed headers (protocol/headers.py): a value outside its Java type is a HeaderError
+    (answered SYSTEM_ERROR by the connection), not a number that reaches the offset table or the store."""
+    with pytest.raises(HeaderError, match="<commitOffset> is out of range"):
+        env.call(RequestCode.UPDATE_CONSUMER_OFFSET, {**_q("G", "T", 0), "commitOffset": str(2**63)})
+    with pytest.raises(HeaderError, match="<queueId> is out of range"):
+        env.call(RequestCode.QUERY_CONSUMER_OFFSET, _q("G", "T", 2**31))
+    with pytest.raises(HeaderError, match="<queueId> is out of range"):
+        env.call(RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": str(-(2**31) - 1)})
+    with pytest.raises(HeaderError, match="<timestamp> is out of range"):
+        env.call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": "T", "queueId": "0", "timestamp": str(2**64)})
+    assert env.ctx.offsets.query("G", "T", 0) < 0  # nothing was committed
+
+
 def test_get_all_consumer_offset_body(env: Env) -> None:
     env.ctx.offsets.commit("G", "T", 0, 5)
     env.ctx.offsets.commit("G", "T", 3, 9)

@@ -10,7 +10,7 @@ import pytest
 
 from orbitmq.broker.handlers import pull as pull_mod
 from orbitmq.broker.handlers.send import SendProcessor
-from orbitmq.protocol import ResponseCode
+from orbitmq.protocol import HeaderError, ResponseCode
 from tests.unit.broker.test_send_pull import FakeConn, bodies, ctx, pull_req, send_req  # noqa: F401 - ctx: fixture
 
 
@@ -106,3 +106,21 @@ def test_negative_commit_offset_is_not_stored_and_negative_offset_is_corrected(b
     assert r.code == ResponseCode.SUCCESS and bctx.offsets.query("G", "TN", 0) == 2
     r = proc.handle(FakeConn(), pull_req("TN", -9))
     assert r.code == ResponseCode.PULL_OFFSET_MOVED and r.ext_fields["nextBeginOffset"] == "0"
+
+
+def test_pull_header_is_typed_and_range_checked(bctx):
+    """PULL_MESSAGE reads its typed header (protocol/headers.py PullMessageRequestHeader): an offset beyond int64
+    or a queue id beyond int32 is a HeaderError naming the field (SYSTEM_ERROR on the wire), nothing is committed."""
+    _send_many(bctx, "TH", [{}] * 2)
+    proc = pull_mod.build(bctx)
+    req = pull_req("TH", 0, sys_flag=0x4 | 0x1, commit=1)
+    req.ext_fields["queueOffset"] = str(2**63)
+    with pytest.raises(HeaderError, match="<queueOffset> is out of range"):
+        proc.handle(FakeConn(), req)
+    req = pull_req("TH", 0, sys_flag=0x4 | 0x1, commit=1)
+    req.ext_fields["queueId"] = str(2**31)
+    with pytest.raises(HeaderError, match="<queueId> is out of range"):
+        proc.handle(FakeConn(), req)
+    assert bctx.offsets.query("G", "TH", 0) < 0
+    r = proc.handle(FakeConn(), pull_req("TH", 0, sys_flag=0x4 | 0x1, commit=1))  # the same pull, in range
+    assert r.code == ResponseCode.SUCCESS and len(bodies(r)) == 2 and bctx.offsets.query("G", "TH", 0) == 1

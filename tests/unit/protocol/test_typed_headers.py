@@ -11,9 +11,14 @@ from orbitmq.protocol.headers import (
     INT_MIN,
     LONG_MAX,
     LONG_MIN,
+    GetEarliestMsgStoretimeRequestHeader,
+    GetMaxOffsetRequestHeader,
+    GetMinOffsetRequestHeader,
     PullMessageRequestHeader,
     QueryConsumerOffsetRequestHeader,
+    SearchOffsetRequestHeader,
     SendMessageRequestHeader,
+    UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
 
@@ -120,3 +125,27 @@ def test_cpp_client_send_header_takes_the_one_call_path():
                              "TBW102", 4, False, None, False, None)
     assert _fields(SendMessageRequestHeader.decode(ext)) == _fields(fast)
     assert decode_send_v2(SendMessageRequestHeader, {**ext, "b": "T2"}) is None  # topic by both names
+
+
+@pytest.mark.parametrize("cls", [GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader,
+                                 GetEarliestMsgStoretimeRequestHeader])
+def test_topic_queue_headers(cls: type[GetMaxOffsetRequestHeader]) -> None:
+    h = cls.decode({"topic": "T", "queueId": str(INT_MIN), "extra": "x"})
+    assert (type(h), h.topic, h.queue_id) == (cls, "T", INT_MIN)
+    with pytest.raises(HeaderError, match="<topic> is null"):
+        cls.decode({"queueId": "1"})
+    with pytest.raises(HeaderError, match="<queueId> is not a number"):
+        cls.decode({"topic": "T", "queueId": "one"})
+    with pytest.raises(HeaderError, match="<queueId> is out of range"):
+        cls.decode({"topic": "T", "queueId": str(INT_MIN - 1)})
+
+
+def test_search_offset_and_unregister_headers() -> None:
+    s = SearchOffsetRequestHeader.decode({"topic": "T", "queueId": "3", "timestamp": str(LONG_MIN)})
+    assert (s.topic, s.queue_id, s.timestamp) == ("T", 3, LONG_MIN)
+    with pytest.raises(HeaderError, match="<timestamp> is out of range"):
+        SearchOffsetRequestHeader.decode({"topic": "T", "queueId": "3", "timestamp": str(LONG_MAX + 1)})
+    u = UnregisterClientRequestHeader.decode({"clientID": "c1", "consumerGroup": "CG"})
+    assert (u.client_id, u.producer_group, u.consumer_group) == ("c1", None, "CG")
+    with pytest.raises(HeaderError, match="<clientID> is null"):
+        UnregisterClientRequestHeader.decode({"producerGroup": "PG"})
