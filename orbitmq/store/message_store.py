@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
 from functools import partial
@@ -36,13 +37,17 @@ from orbitmq.store.layout import ABORT_FILE, CONSUMEQUEUE_DIR, CQ_ENTRY_SIZE, CQ
 from orbitmq.store.recovery import (
     CheckpointState,
     Decision,
+    RecordKind,
+    RecoveryProgress,
     RedispatchFrom,
     ScanStart,
     TailAction,
+    check_record,
     choose_checkpoint_file,
     classify_tail,
     decide,
     scan_start,
+    validate_forward,
 )
 from orbitmq.store.replica import ReplicaState
 from orbitmq.store.results import GetResult, GetStatus, MessageInner, PutResult, PutStatus, QueryResult
@@ -55,6 +60,9 @@ log = logging.getLogger(__name__)
 _FILLER_SIZE = CQ_FILLER[1]
 MAX_BYTES_IN_MEMORY, MAX_COUNT_IN_MEMORY = 256 * 1024, 32
 MAX_BYTES_ON_DISK, MAX_COUNT_ON_DISK = 64 * 1024, 8
+
+
+CLEAN_CHECK_TAIL_BYTES = 32 << 20  # see MessageStore.clean_check_tail_bytes
 
 
 def _physical_memory() -> int:
@@ -137,6 +145,11 @@ class MessageStore:
         self.background_error: BaseException | None = None
         self.read_only_reason = ""  # why the store refuses writes for good (a failed fsync); "" while writable
         self.recovery_decision: Decision | None = None
+        # where load() is (runtime info reads it from the loop while load() runs in a worker thread)
+        self.recovery_progress = RecoveryProgress(time.monotonic, lambda line: log.info("store recovery: %s", line))
+        # a clean restart CRC-checks only this much of the CommitLog's tail (from a record boundary found through
+        # the ConsumeQueues), not the last three segments (up to 3 GiB); 0 = the last three segments, as RocketMQ
+        self.clean_check_tail_bytes = CLEAN_CHECK_TAIL_BYTES
         self._lfp_candidates: list[int] = []  # derived-flushed phys ends not yet below the CommitLog flushed offset
         self._memory_window = (self.config.physical_memory_bytes or _physical_memory()) * (
             self.config.access_message_in_memory_max_ratio
@@ -157,14 +170,18 @@ class MessageStore:
         self._loaded = True
 
     def _load_locked(self) -> None:
+        progress = self.recovery_progress
+        progress.begin()
         abort_path = os.path.join(self.root_dir, ABORT_FILE)
         abort_present = self.disk.exists(abort_path)
         cp_state = CheckpointState(self.checkpoint.load())
         self.epochs.load()
         self.commitlog.load()
         self.cq_table.load()
+        progress.set_phase("consumequeue")
         cq_end = self.cq_table.recover()
         if self.index is not None:
+            progress.set_phase("index")
             index_ts = self.checkpoint.state.index_msg_timestamp if cp_state is CheckpointState.VALID else 0
             self.index.load(not abort_present, index_ts)
         self._recover(abort_present, cp_state, cq_end)
@@ -178,13 +195,19 @@ class MessageStore:
             self.dispatcher.register(self.index)  # IndexService.dispatch skips ROLLBACK records itself
         self.dispatcher.register(self._dispatch_listeners)
         self._save_checkpoint()
+        progress.done()
+        log.info("store recovery: done in %.2f s", progress.elapsed_ms() / 1000)
 
     def _recover(self, abort_present: bool, cp_state: CheckpointState, cq_end: int) -> None:
         cl = self.commitlog
         segs = cl.segments.segments
         start = scan_start(abort_present, cp_state)
+        pos = 0
         if start is ScanStart.THIRD_LAST_FILE:
             first = max(0, len(segs) - 3)
+            tail = self._clean_tail_start(segs[first].start_offset) if segs else None
+            if tail is not None:
+                first, pos = tail
         elif start is ScanStart.CHECKPOINT_FILE:
             min_ts = self.checkpoint.state.min_timestamp(self.index is not None)
             first = choose_checkpoint_file([cl.first_record_time(s) for s in segs], min_ts)
@@ -194,11 +217,17 @@ class MessageStore:
         # from the checkpoint segment's start (up to 1 GiB; what lies before it was durable and validated then)
         lfp = self.checkpoint.state.logics_flushed_phys if start is ScanStart.CHECKPOINT_FILE else 0
         lfp_seg = cl.segments.find(lfp) if lfp else None
-        pos = 0
         if lfp_seg is not None and segs and lfp > segs[first].start_offset:
             first, pos = segs.index(lfp_seg), lfp - lfp_seg.start_offset
-        kind, stop = cl.scan(first, self.config.check_crc_on_recover, pos)
         flushed = self.checkpoint.state.master_flushed_offset if cp_state is CheckpointState.VALID else 0
+        scan_begin = segs[first].start_offset + pos if segs else 0
+        progress = self.recovery_progress
+        seg_end = segs[-1].start_offset + segs[-1].size if segs else 0
+        progress.set_phase("validate", (flushed if flushed > scan_begin else seg_end) - scan_begin)
+        kind, stop = validate_forward([(sg.start_offset, sg.buf) for sg in segs], first, pos,
+                                      self.config.check_crc_on_recover,
+                                      lambda phys: progress.advance(phys - scan_begin))
+        progress.advance(stop - scan_begin)
         later_valid = stop < flushed and cl.has_valid_record_between(stop, flushed)
         tail = classify_tail(kind, stop, flushed, later_valid)
         decision = decide(abort_present, cp_state, tail)
@@ -208,8 +237,11 @@ class MessageStore:
                  "%s)", "previous run crashed" if abort_present else "new store" if cp_state is CheckpointState.MISSING
                  else "previous run stopped cleanly", cp_state.value, tail.value, decision.tail_action.value, first,
                  stop, kind.value)
-        if pos:
+        if pos and start is ScanStart.CHECKPOINT_FILE:
             log.info("store recovery: validated from phys %d (the derived checkpoint), %d bytes", lfp, stop - lfp)
+        elif pos:
+            log.info("store recovery: clean exit, validated the tail from phys %d, %d bytes", scan_begin,
+                     stop - scan_begin)
         if decision.tail_action is TailAction.REFUSE:
             seg = cl.segments.find(stop)
             raise CorruptionError(
@@ -235,7 +267,7 @@ class MessageStore:
         if self.index is not None and self.index.redispatch_from is not None:
             # the index loader dropped damaged entries: rebuild them (CQ dispatch skips what it already has)
             begin = min(begin, self.index.redispatch_from)
-        self._redispatch(max(min(begin, stop), cl.min_offset), stop)
+        self._redispatch(max(min(begin, stop), cl.min_offset), stop, scan_begin)
         self._rebuild_queue_table()
         self._confirm_offset = stop
 
@@ -245,10 +277,57 @@ class MessageStore:
             if seg.wrote_position:
                 seg.backing.flush(0, seg.wrote_position)
 
-    def _redispatch(self, begin: int, end: int) -> None:
+    def _clean_tail_start(self, floor: int) -> tuple[int, int] | None:
+        """(segment index, position) of a record boundary about `clean_check_tail_bytes` before the checkpoint's
+        flushed offset, to CRC-check only that tail after a clean exit; None to check from `floor` (the third-last
+        segment's start) as before: the tail reaches below it, or no ConsumeQueue entry gives a boundary there,
+        or the entry found does not point at a valid record.
+
+        A boundary: the lowest phys offset >= the target among the ConsumeQueues' entries (a binary search in each
+        queue). A clean exit flushed and dispatched everything, so the records of the tail are in the queues.
+        """
+        budget = self.clean_check_tail_bytes
+        flushed = self.checkpoint.state.master_flushed_offset
+        target = flushed - budget
+        if budget <= 0 or target <= floor:
+            return None
+        best = -1
+        for topic, queue_id in self.cq_table.queue_max_offsets():
+            cq = self.cq_table.find(topic, queue_id)
+            if cq is None:
+                continue
+            lo, hi = cq.min_offset, cq.max_offset  # entries' phys offsets grow with the queue offset
+            while lo < hi:
+                mid = (lo + hi) // 2
+                e = cq.entry(mid)
+                if e is None:
+                    break
+                if e[1] == _FILLER_SIZE or e[0] < target:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            e = cq.entry(lo) if lo < cq.max_offset else None
+            if e is not None and e[1] != _FILLER_SIZE and e[0] >= target and (best < 0 or e[0] < best):
+                best = e[0]
+        if best < 0 or best >= flushed:
+            return None
+        seg = self.commitlog.segments.find(best)
+        if seg is None:
+            return None
+        kind, _ = check_record(seg.buf, best - seg.start_offset, best, self.config.check_crc_on_recover)
+        if kind is not RecordKind.RECORD:
+            marks.hit("clean recovery tail boundary rejected")
+            return None
+        return self.commitlog.segments.segments.index(seg), best - seg.start_offset
+
+    def _redispatch(self, begin: int, end: int, known_boundary: int = 0) -> None:
+        """Dispatch the records in [begin, end) again; `known_boundary` is a record boundary (the validation's
+        start) from where the last record's store time can be found when nothing is re-dispatched."""
         n = 0
         last_ts = self.commitlog.last_store_timestamp
         skips = SkipLog("store recovery")
+        progress = self.recovery_progress
+        progress.set_phase("redispatch", end - begin)
         for phys, rec in self.commitlog.iter_records(begin, end):
             try:  # a record that cannot be decoded is logged and skipped; recovery goes on (a bad name: cq_table)
                 req = request_of(decode_record(rec), self.config.message_delay_level)
@@ -260,18 +339,24 @@ class MessageStore:
                 self.index.dispatch(req)
             last_ts = max(last_ts, req.store_timestamp)
             n += 1
+            if not n & 1023:
+                progress.advance(phys - begin)
+        progress.advance(end - begin)
         if n:
             marks.hit("recovery redispatched records")
         if end > 0 and n == 0:
             seg = self.commitlog.segments.find(end - 1)
             if seg is not None:
-                last_ts = max(last_ts, self._last_record_ts(seg))
+                last_ts = max(last_ts, self._last_record_ts(seg, known_boundary))
         self.commitlog.last_store_timestamp = last_ts
         log.info("store recovery: re-dispatched %d records from %d to %d", n, begin, end)
 
-    def _last_record_ts(self, seg: Segment) -> int:
+    def _last_record_ts(self, seg: Segment, known_boundary: int = 0) -> int:
+        """Store time of the last record of `seg`, walking from `known_boundary` when it lies in the segment (a
+        walk from the segment's start would read every record of up to 1 GiB)."""
         ts = 0
-        for phys, rec in self.commitlog.iter_records(seg.start_offset, seg.end_offset):
+        begin = known_boundary if seg.start_offset < known_boundary < seg.end_offset else seg.start_offset
+        for phys, rec in self.commitlog.iter_records(begin, seg.end_offset):
             ts = self.commitlog.store_timestamp_at(phys, len(rec))
         return ts
 
@@ -846,6 +931,7 @@ class MessageStore:
             "diskFull": str(bool(self.retention and self.retention.disk_full)).lower(),
             "masterEpoch": str(self.master_epoch),
             "recovery": d.mark if d is not None else "",
+            **self.recovery_progress.fields(),
             "backgroundError": repr(self.background_error) if self.background_error else "",
             "readOnly": self.read_only_reason,
         }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -158,3 +159,113 @@ def choose_checkpoint_file(first_record_times: list[int | None], min_timestamp: 
         if ts is not None and ts <= min_timestamp:
             return i
     return 0
+
+
+def validate_forward(
+    segments: Sequence[tuple[int, memoryview | bytes | bytearray]],
+    start_index: int,
+    start_pos: int,
+    check_crc: bool,
+    on_progress: Callable[[int], None] | None = None,
+    progress_step: int = 8 << 20,
+) -> tuple[RecordKind, int]:
+    """Validate records forward from segment `start_index` at `start_pos` (a record boundary) over
+    `segments` ((start phys offset, bytes) in order); returns (why it stopped, stop phys offset).
+
+    BLANK moves to the next segment; the scan stops at END, INVALID or past the last segment (END).
+    `on_progress(phys)` is called about every `progress_step` bytes with the phys offset reached.
+    """
+    if not segments:
+        return RecordKind.END, 0
+    i = start_index
+    start, buf = segments[i]
+    size = len(buf)
+    pos = start_pos
+    report = pos + progress_step
+    while True:
+        kind, n = check_record(buf, pos, start + pos, check_crc)
+        if kind is RecordKind.RECORD:
+            pos += n
+            if pos < size:
+                if pos >= report and on_progress is not None:
+                    on_progress(start + pos)
+                    report = pos + progress_step
+                continue
+        elif kind is not RecordKind.BLANK:
+            return kind, start + pos
+        i += 1
+        if i >= len(segments):
+            return RecordKind.END, start + size
+        start, buf = segments[i]
+        size = len(buf)
+        pos = 0
+        report = progress_step
+        if on_progress is not None:
+            on_progress(start)
+
+
+class RecoveryProgress:
+    """Where a store load is (read by the broker's runtime info from another thread; written by the loader).
+
+    `phase`: open → consumequeue → index → validate → redispatch → done; `scanned`/`total` are the bytes of the
+    current byte-ranged phase (validate: CommitLog bytes CRC-checked; redispatch: CommitLog bytes re-dispatched).
+    `report` logs a line at most every `log_interval_s` (via `log_fn`), so a long recovery is visible in the log.
+    """
+
+    __slots__ = ("phase", "scanned", "total", "started", "finished", "log_interval_s", "_last_log", "_clock",
+                 "_log_fn")
+
+    def __init__(self, clock: Callable[[], float], log_fn: Callable[[str], None] | None = None,
+                 log_interval_s: float = 5.0) -> None:
+        self.phase = "idle"
+        self.scanned = 0
+        self.total = 0
+        self.started = 0.0
+        self.finished = 0.0
+        self.log_interval_s = log_interval_s
+        self._clock = clock
+        self._log_fn = log_fn
+        self._last_log = 0.0
+
+    def begin(self) -> None:
+        self.started = self._last_log = self._clock()
+        self.finished = 0.0
+        self.set_phase("open")
+
+    def set_phase(self, phase: str, total: int = 0) -> None:
+        self.phase = phase
+        self.scanned = 0
+        self.total = max(0, total)
+
+    def advance(self, scanned: int) -> None:
+        self.scanned = scanned
+        if scanned > self.total:
+            self.total = scanned
+        now = self._clock()
+        if self._log_fn is not None and now - self._last_log >= self.log_interval_s:
+            self._last_log = now
+            self._log_fn(self.describe())
+
+    def done(self) -> None:
+        self.finished = self._clock()
+        self.set_phase("done")
+
+    def elapsed_ms(self) -> int:
+        if not self.started:
+            return 0
+        return int(((self.finished or self._clock()) - self.started) * 1000)
+
+    def describe(self) -> str:
+        if self.total:
+            return (f"{self.phase} {self.scanned / 2**20:.1f} of {self.total / 2**20:.1f} MiB "
+                    f"({100 * self.scanned // self.total} %), {self.elapsed_ms() / 1000:.1f} s since the load began")
+        return f"{self.phase}, {self.elapsed_ms() / 1000:.1f} s since the load began"
+
+    def fields(self) -> dict[str, str]:
+        """The runtime-info keys (docs/design/restart.md)."""
+        return {
+            "recoveryPhase": self.phase,
+            "recoveryScannedBytes": str(self.scanned),
+            "recoveryTotalBytes": str(self.total),
+            "recoveryElapsedMs": str(self.elapsed_ms()),
+        }

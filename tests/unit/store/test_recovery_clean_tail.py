@@ -1,0 +1,171 @@
+"""A clean restart CRC-checks a bounded tail of the CommitLog (from a record boundary the ConsumeQueues give), not
+the last three segments; corruption inside that tail is still found, and recovery progress is published."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from orbitmq.base import marks
+from orbitmq.base.errors import CorruptionError
+from orbitmq.store import MessageInner, MessageStore, PutResult, StoreConfig
+from orbitmq.store.recovery import RecordKind, RecoveryProgress, ScanStart, TailAction, validate_forward
+from orbitmq.testing.sim_disk import SimDisk
+
+SEG = 16 * 1024
+CL = "/s/commitlog/"
+TAIL = 3000  # bytes of tail checked in these tests (~11 records of ~270 bytes)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_700_000_000_000
+
+    def now_ms(self) -> int:
+        self.t += 1000
+        return self.t
+
+    def monotonic_ms(self) -> int:
+        return 0
+
+
+def _store(disk: SimDisk, tail: int = TAIL) -> MessageStore:
+    s = MessageStore(StoreConfig("/s", mapped_file_size_commitlog=SEG, mapped_file_size_consume_queue=20 * 50,
+                                 max_message_size=4096, max_hash_slot_num=64, max_index_num=512),
+                     disk=disk, clock=Clock())
+    s.clean_check_tail_bytes = tail
+    s.load()
+    return s
+
+
+def _fill(disk: SimDisk, n: int = 200) -> list[PutResult]:
+    s = _store(disk)
+
+    async def go() -> list[PutResult]:
+        out = []
+        for i in range(n):
+            r = await s.put_message(MessageInner("T", i % 4, b"%06d" % i * 33, {"KEYS": f"k{i}"}))
+            assert r.ok
+            out.append(r)
+        assert len(s.commitlog.segments) > 3  # the old rule would check three whole segments
+        await s.shutdown()
+        return out
+
+    rs = asyncio.run(go())
+    return rs
+
+
+def _corrupt_body(disk: SimDisk, r: PutResult) -> None:
+    phys = r.phys_offset
+    seg_start = phys - phys % SEG
+    disk.corrupt(CL + f"{seg_start:020d}", phys - seg_start + 120)  # a body byte: only the CRC catches it
+
+
+def _validated(text: str) -> tuple[int, int]:
+    found = re.findall(r"clean exit, validated the tail from phys (\d+), (\d+) bytes", text)
+    assert len(found) == 1, text
+    return int(found[0][0]), int(found[0][1])
+
+
+def test_clean_restart_checks_only_a_bounded_tail(caplog: pytest.LogCaptureFixture) -> None:
+    disk = SimDisk()
+    rs = _fill(disk)
+    end = rs[-1].phys_offset + rs[-1].wrote_bytes
+    caplog.clear()
+    with caplog.at_level("INFO", logger="orbitmq.store.message_store"):
+        s = _store(disk)
+    begin, n = _validated(caplog.text)
+    starts = {r.phys_offset for r in rs}
+    assert begin in starts  # a record boundary
+    assert end - TAIL <= begin < end - TAIL + 400 and begin + n == end  # the first record at or after the target
+    d = s.recovery_decision
+    assert d is not None and d.scan_start is ScanStart.THIRD_LAST_FILE and d.tail_action is TailAction.ACCEPT
+    assert s.max_phys_offset == end
+    p = s.recovery_progress.fields()
+    assert p["recoveryPhase"] == "done" and int(p["recoveryTotalBytes"]) <= TAIL
+    assert s.runtime_info()["recoveryPhase"] == "done"
+    # everything is still there, and the store goes on
+    r = asyncio.run(s.put_message(MessageInner("T", 0, b"after", {})))
+    assert r.ok and r.queue_offset == 50
+    asyncio.run(s.shutdown())
+
+
+def test_tail_zero_keeps_the_three_segment_check(caplog: pytest.LogCaptureFixture) -> None:
+    disk = SimDisk()
+    _fill(disk)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="orbitmq.store.message_store"):
+        s = _store(disk, tail=0)
+    assert "clean exit, validated the tail" not in caplog.text
+    assert re.search(r"scanned from segment \d+ to offset", caplog.text)
+    asyncio.run(s.shutdown())
+
+
+def test_corruption_inside_the_checked_tail_is_refused() -> None:
+    disk = SimDisk()
+    rs = _fill(disk)
+    end = rs[-1].phys_offset + rs[-1].wrote_bytes
+    victim = next(r for r in rs if end - TAIL // 2 <= r.phys_offset)  # inside the tail, records after it
+    _corrupt_body(disk, victim)
+    with pytest.raises(CorruptionError) as e:
+        _store(disk)
+    assert "refusing" in str(e.value) and str(victim.phys_offset) in str(e.value)
+
+
+def test_corrupt_boundary_record_falls_back_to_the_full_check() -> None:
+    """The record the ConsumeQueues name as the tail's start is itself damaged: the boundary is rejected and the
+    last three segments are checked, which finds it (acknowledged data with valid records after it: refused)."""
+    disk = SimDisk()
+    rs = _fill(disk)
+    end = rs[-1].phys_offset + rs[-1].wrote_bytes
+    boundary = min((r for r in rs if r.phys_offset >= end - TAIL), key=lambda r: r.phys_offset)
+    _corrupt_body(disk, boundary)
+    before = marks.count("clean recovery tail boundary rejected")
+    with pytest.raises(CorruptionError):
+        _store(disk)
+    assert marks.count("clean recovery tail boundary rejected") == before + 1
+
+
+def test_torn_last_record_in_the_tail_is_truncated() -> None:
+    disk = SimDisk()
+    rs = _fill(disk)
+    _corrupt_body(disk, rs[-1])
+    s = _store(disk)
+    d = s.recovery_decision
+    assert d is not None and d.tail_action is TailAction.TRUNCATE
+    assert s.max_phys_offset == rs[-1].phys_offset
+    asyncio.run(s.shutdown())
+
+
+def test_validate_forward_reports_progress_and_matches_the_commitlog_scan() -> None:
+    disk = SimDisk()
+    rs = _fill(disk)
+    s = _store(disk, tail=0)
+    segs = [(sg.start_offset, sg.buf) for sg in s.commitlog.segments.segments]
+    seen: list[int] = []
+    kind, stop = validate_forward(segs, 0, 0, True, seen.append, progress_step=1000)
+    assert (kind, stop) == s.commitlog.scan(0, True)
+    assert stop == s.max_phys_offset == rs[-1].phys_offset + rs[-1].wrote_bytes
+    assert seen == sorted(seen) and len(seen) >= 10 and seen[-1] < stop
+    assert kind is RecordKind.END
+    asyncio.run(s.shutdown())
+
+
+def test_recovery_progress_logs_at_a_bounded_rate() -> None:
+    now = [100.0]
+    lines: list[str] = []
+    p = RecoveryProgress(lambda: now[0], lines.append, log_interval_s=5.0)
+    p.begin()
+    p.set_phase("validate", 1000)
+    for i in range(100):
+        now[0] += 0.5  # 50 s of progress calls
+        p.advance(i * 10)
+    assert 9 <= len(lines) <= 10 and "validate" in lines[0] and "%" in lines[0]
+    f = p.fields()
+    assert f["recoveryPhase"] == "validate" and f["recoveryScannedBytes"] == "990"
+    assert f["recoveryTotalBytes"] == "1000" and f["recoveryElapsedMs"] == "50000"
+    p.done()
+    now[0] += 10
+    assert p.fields()["recoveryPhase"] == "done" and p.fields()["recoveryElapsedMs"] == "50000"
