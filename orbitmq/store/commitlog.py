@@ -74,6 +74,8 @@ class CommitLog:
         self.last_store_timestamp = 0
         self._hosts: dict[str, bytes] = {}
         self._max_record = config.max_message_size + 64 * 1024
+        # once the last segment is half written, the next one is created ahead off the event loop (allocate.py)
+        self._prepare_at = config.mapped_file_size_commitlog // 2
 
     # ---- lifecycle -----------------------------------------------------------------------------------
     def load(self) -> None:
@@ -128,6 +130,8 @@ class CommitLog:
         if seg is None:
             return self.segments.roll(0)
         if seg.free_bytes >= need + BLANK_SIZE:
+            if seg.wrote_position >= self._prepare_at and self.segments.ahead_of != seg.start_offset:
+                self.segments.prepare_next()
             return seg
         if seg.free_bytes >= BLANK_SIZE:
             free = seg.free_bytes

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from orbitmq.base import marks
 from orbitmq.base.errors import ConfigError, CorruptionError
 from orbitmq.base.invariant import check
+from orbitmq.store.allocate import AheadAllocator
 from orbitmq.store.disk import Backing, Disk, tracks_writes
 from orbitmq.store.dispatch import DispatchRequest, SkipLog, queue_name_error
 from orbitmq.store.layout import CQ_ENTRY, CQ_ENTRY_SIZE, CQ_FILLER, parse_segment_name, segment_name
@@ -80,7 +81,7 @@ class ConsumeQueue:
     """Entries of one queue. Byte positions (`*_bytes`) are logical: queue_offset * 20."""
 
     __slots__ = ("topic", "queue_id", "directory", "_disk", "_seg_size", "_segs", "_tail", "_end_bytes",
-                 "_min_bytes", "_flushed_bytes", "_max_phys", "_min_phys_seen")
+                 "_min_bytes", "_flushed_bytes", "_max_phys", "_min_phys_seen", "_ahead", "_prepare_rel")
 
     def __init__(self, topic: str, queue_id: int, directory: str, segment_size_bytes: int, disk: Disk) -> None:
         self.topic = topic
@@ -95,6 +96,10 @@ class ConsumeQueue:
         self._flushed_bytes = 0
         self._max_phys = 0  # phys + size of the newest entry (duplicate-dispatch guard)
         self._min_phys_seen = -1  # last min_phys given to correct_min_offset (lets it resume where it stopped)
+        # when an entry lands half-way into the tail segment, the next segment file is created ahead, off the event
+        # loop (allocate.py); a tail reached some other way (fillers over the half) rolls with an inline creation
+        self._ahead = AheadAllocator(disk)
+        self._prepare_rel = segment_size_bytes // 2 // _E * _E
 
     # ---- queries -------------------------------------------------------------------------------------
     @property
@@ -218,6 +223,8 @@ class ConsumeQueue:
             if seg is None:
                 return False
         rel = pos - seg.start
+        if rel == self._prepare_rel:
+            self._ahead.prepare(os.path.join(self.directory, segment_name(seg.start + self._seg_size)), self._seg_size)
         _pack_into(seg.buf, rel, phys_offset, size, tags_code)
         if seg.tracked:
             seg.backing.mark_written(rel, rel + _E)
@@ -268,7 +275,9 @@ class ConsumeQueue:
         check(start % self._seg_size == 0, f"cq segment start {start} not aligned to {self._seg_size}")
         check(not self._segs or start == self._segs[-1].start + self._seg_size, "cq segments must be contiguous")
         path = os.path.join(self.directory, segment_name(start))
-        seg = _Seg(start, path, self._disk.create(path, self._seg_size))
+        if not self._ahead.is_prepared(path):
+            self._ahead.discard()  # prepared for another start (the queue was cut or restarted): not left behind
+        seg = _Seg(start, path, self._ahead.take(path, self._seg_size))
         self._segs.append(seg)
         self._tail = seg
         return seg
@@ -348,6 +357,7 @@ class ConsumeQueue:
 
     def _cut_segments_after(self, cut: int, scan_stale: bool) -> None:
         """Make `cut` the end: delete segments starting after it, zero (and flush) stale bytes after it."""
+        self._ahead.discard()
         while self._segs and (self._segs[-1].start > cut or (self._segs[-1].start == cut and len(self._segs) > 1)):
             seg = self._segs.pop()
             seg.backing.close()
@@ -456,6 +466,7 @@ class ConsumeQueue:
             self._flushed_bytes = min(hi, self._end_bytes)
 
     def close(self) -> None:
+        self._ahead.discard()  # a file prepared ahead and never written is not left for the next start
         for seg in self._segs:
             seg.backing.close()
 

@@ -1,7 +1,8 @@
 """SegmentList: an ordered run of equal-size Segments in one directory forming one logical byte log.
 
 Used by the CommitLog (and exported for a Raft log). Owns file naming, lookup by offset, rolling to a new
-segment, truncation and deletion of whole segments. It does not interpret bytes.
+segment, truncation and deletion of whole segments. It does not interpret bytes. The next segment can be created
+ahead, off the event loop (`prepare_next`, allocate.py): `roll` then takes the ready file.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from collections.abc import Iterator
 
 from orbitmq.base import marks
 from orbitmq.base.errors import CorruptionError
+from orbitmq.store.allocate import AheadAllocator
 from orbitmq.store.disk import Disk
-from orbitmq.store.layout import parse_segment_name
+from orbitmq.store.layout import parse_segment_name, segment_name
 from orbitmq.store.segment import Segment
 
 
 class SegmentList:
-    __slots__ = ("directory", "segment_size", "disk", "segments", "_starts")
+    __slots__ = ("directory", "segment_size", "disk", "segments", "_starts", "_ahead", "ahead_of")
 
     def __init__(self, directory: str, segment_size: int, disk: Disk) -> None:
         self.directory = directory
@@ -26,6 +28,8 @@ class SegmentList:
         self.disk = disk
         self.segments: list[Segment] = []
         self._starts: list[int] = []
+        self._ahead = AheadAllocator(disk)
+        self.ahead_of = -1  # start offset of the segment whose successor is prepared ahead (-1: none)
 
     def load(self) -> None:
         """Open every segment file; a file of the wrong size or a gap between files is corruption."""
@@ -88,9 +92,26 @@ class SegmentList:
             start = self.segments[-1].start_offset + self.segment_size
         else:
             start = 0 if start_offset is None else start_offset - start_offset % self.segment_size
-        seg = Segment.create(self.disk, self.directory, start, self.segment_size)
+        path = os.path.join(self.directory, segment_name(start))
+        if not self._ahead.is_prepared(path):
+            self._ahead.discard()  # a file prepared for another start (none normally) must not stay behind
+        self.ahead_of = -1
+        seg = Segment(start, self.segment_size, path, self._ahead.take(path, self.segment_size))
         self._push(seg)
         return seg
+
+    def prepare_next(self) -> None:
+        """Start creating the segment after the last one off the event loop (roll() will take it)."""
+        last = self.segments[-1] if self.segments else None
+        if last is not None:
+            nxt = last.start_offset + self.segment_size
+            self._ahead.prepare(os.path.join(self.directory, segment_name(nxt)), self.segment_size)
+            self.ahead_of = last.start_offset
+
+    def discard_prepared(self) -> None:
+        """Close and delete a segment prepared ahead and not rolled into."""
+        self._ahead.discard()
+        self.ahead_of = -1
 
     def set_end(self, offset: int) -> None:
         """After recovery/truncation: positions up to `offset` are written (and durable), beyond it nothing."""
@@ -104,6 +125,7 @@ class SegmentList:
 
     def truncate(self, offset: int) -> None:
         """Drop every byte at/after `offset`: later segments are deleted, the rest of the holding one zeroed."""
+        self.discard_prepared()
         while self.segments and self.segments[-1].start_offset > offset:
             seg = self.segments.pop()
             self._starts.pop()
@@ -124,6 +146,7 @@ class SegmentList:
         return seg
 
     def close(self) -> None:
+        self.discard_prepared()  # a file prepared ahead and never written is not left for the next start
         for seg in self.segments:
             seg.close()
         self.segments.clear()
