@@ -42,6 +42,7 @@ from orbitmq.broker.router import Router
 from orbitmq.broker.services import BrokerService, ServiceEnv, create_services
 from orbitmq.broker.stats import BrokerStats
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.protocol.bodies import KVTable
 from orbitmq.remoting import RemotingClient, RemotingServer
 from orbitmq.remoting.limits import ServerLimits
 from orbitmq.remoting.tls import outgoing_context, server_config_of, server_context
@@ -107,6 +108,9 @@ class Broker:
         self._stopped = False
         self._offsets_write_lock = threading.Lock()  # periodic writer thread vs the final persist at stop
         self.acl: AclGuard | None = None  # aclEnable=true: checks every request (Router.check)
+        # start-up progress, answered (with SERVICE_NOT_AVAILABLE) to GET_BROKER_RUNTIME_INFO until it accepts
+        self.startup_phase = "init"  # init -> store (load and recovery) -> services -> ready
+        self._loading_store: MessageStore | None = None
 
     # ----- properties -----
     @property
@@ -126,6 +130,7 @@ class Broker:
         root = self.store_config.store_path_root_dir
         _check_store_path(root)
         store = MessageStore(self.store_config, clock=self.clock)
+        self._loading_store = store  # its recovery progress is answered while it loads
         try:
             store.load()
         except StoreInUseError:
@@ -216,6 +221,29 @@ class Broker:
             return None
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {cmd.code} not supported")
 
+    def startup_info(self) -> dict[str, str]:
+        """What the start-up is doing: `startupPhase` and the store's recovery progress (docs/design/restart.md)."""
+        store = self.store or self._loading_store
+        table = {"startupPhase": self.startup_phase, "brokerName": self.config.broker_name}
+        if store is not None:
+            table.update(store.recovery_progress.fields())
+        return table
+
+    def _starting_answer(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        """The answer while the routers do not accept: SERVICE_NOT_AVAILABLE (retryable) to everything; for
+        GET_BROKER_RUNTIME_INFO during start-up, with the progress as a KVTable body and in the remark."""
+        if cmd.code != RequestCode.GET_BROKER_RUNTIME_INFO or self.startup_phase == "ready":
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "broker is starting or shutting down")
+        if self.acl is not None:
+            refused = self.acl.check(conn, cmd)
+            if refused is not None:
+                return refused
+        info = self.startup_info()
+        store = self.store or self._loading_store
+        detail = store.recovery_progress.describe() if store is not None and self.startup_phase == "store" else ""
+        remark = f"broker is starting: {self.startup_phase}" + (f" ({detail})" if detail else "")
+        return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, remark, body=KVTable(info).to_json())
+
     def _on_connection_closed(self, conn: Any) -> None:
         if self.ctx is not None:
             self.ctx.clients.on_connection_closed(conn)
@@ -234,13 +262,11 @@ class Broker:
         cfg = self.config
         self.acl = AclGuard(resolve_acl_file(cfg.acl_file_path, cfg.rocketmq_home, os.environ.get("ROCKETMQ_HOME")),
                             cfg.cluster_secret) if cfg.acl_enable else None  # bad plain_acl.yml: ConfigError now
-        # off the event loop: a long crash recovery must not stall what shares the loop (a standalone's name
-        # server, signals); the ports are not bound yet, so clients see connection refused and retry
-        self.store = store = await asyncio.to_thread(self._load_store)
         self._routers = [Router({}), Router({})]
         for r in self._routers:
             r.accepting = False  # until the handlers are wired
             r.check = self.acl.check if self.acl is not None else None
+            r.starting = self._starting_answer  # SERVICE_NOT_AVAILABLE; runtime info: the start-up progress
         handlers: list[Any] = list(self._routers)
         if prom_enabled(cfg.metrics_exporter_type):
             self.metrics = BrokerMetrics(cfg.metrics_prom_exporter_host or cfg.broker_ip1, cfg.metrics_prom_exporter_port)
@@ -259,6 +285,12 @@ class Broker:
             await self.vip_server.start()
             if self.server.port != cfg.listen_port:  # port 0 (tests): the real port is known only now
                 self.config = cfg = dataclasses.replace(cfg, listen_port=self.server.port)
+            # off the event loop: a long crash recovery must not stall what shares the loop (a standalone's name
+            # server, signals); the ports are bound and answer SERVICE_NOT_AVAILABLE (retryable) meanwhile, and
+            # GET_BROKER_RUNTIME_INFO with the recovery progress
+            self.startup_phase = "store"
+            self.store = store = await asyncio.to_thread(self._load_store)
+            self.startup_phase = "services"
             self._build(store)
             assert self.pull is not None and self.pull.long_poll is not None
             self.pull.long_poll.bind_loop()
@@ -271,8 +303,10 @@ class Broker:
         except BaseException:
             await self._abort_start()
             raise
+        self.startup_phase = "ready"
         for r in self._routers:
             r.accepting = True
+            r.starting = None  # stopping: the plain refusal
         assert self.registration is not None
         await self.registration.register_all()
         self._supervisor = asyncio.get_running_loop().create_task(self._run_periodic(), name="broker periodic")

@@ -16,13 +16,15 @@ _NOT_SUPPORTED = int(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
 
 
 class Router:
-    __slots__ = ("_table", "accepting", "check")
+    __slots__ = ("_table", "accepting", "check", "starting")
 
     def __init__(self, table: Mapping[int, Any]) -> None:
         self._table: dict[int, Any] = {int(k): v for k, v in table.items()}
         self.accepting = True
         # (conn, cmd) -> None (go on) or the response to send instead (ACL: NO_PERMISSION); None = no check
         self.check: Callable[[Any, RemotingCommand], RemotingCommand | None] | None = None
+        # (conn, cmd) -> the answer while not accepting (the broker's start-up progress); None = the plain refusal
+        self.starting: Callable[[Any, RemotingCommand], RemotingCommand] | None = None
 
     def __call__(self, conn: Any, cmd: RemotingCommand) -> Any:
         handler = self._table.get(cmd.code)
@@ -30,6 +32,8 @@ class Router:
             if cmd.is_oneway:
                 return None
             if not self.accepting:  # starting (handlers not wired yet) or stopping
+                if self.starting is not None:
+                    return self.starting(conn, cmd)
                 return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "broker is starting or shutting down")
             return cmd.response(_NOT_SUPPORTED, f" request type {cmd.code} not supported")
         if self.check is not None:

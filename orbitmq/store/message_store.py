@@ -228,6 +228,7 @@ class MessageStore:
                                       self.config.check_crc_on_recover,
                                       lambda phys: progress.advance(phys - scan_begin))
         progress.advance(stop - scan_begin)
+        progress.validated = stop - scan_begin
         later_valid = stop < flushed and cl.has_valid_record_between(stop, flushed)
         tail = classify_tail(kind, stop, flushed, later_valid)
         decision = decide(abort_present, cp_state, tail)
@@ -342,6 +343,7 @@ class MessageStore:
             if not n & 1023:
                 progress.advance(phys - begin)
         progress.advance(end - begin)
+        progress.redispatched = end - begin
         if n:
             marks.hit("recovery redispatched records")
         if end > 0 and n == 0:

@@ -208,12 +208,13 @@ class RecoveryProgress:
     """Where a store load is (read by the broker's runtime info from another thread; written by the loader).
 
     `phase`: open → consumequeue → index → validate → redispatch → done; `scanned`/`total` are the bytes of the
-    current byte-ranged phase (validate: CommitLog bytes CRC-checked; redispatch: CommitLog bytes re-dispatched).
+    current byte-ranged phase (validate: CommitLog bytes CRC-checked; redispatch: CommitLog bytes re-dispatched);
+    `validated`/`redispatched` what those phases covered once they ended.
     `report` logs a line at most every `log_interval_s` (via `log_fn`), so a long recovery is visible in the log.
     """
 
-    __slots__ = ("phase", "scanned", "total", "started", "finished", "log_interval_s", "_last_log", "_clock",
-                 "_log_fn")
+    __slots__ = ("phase", "scanned", "total", "started", "finished", "validated", "redispatched", "log_interval_s",
+                 "_last_log", "_clock", "_log_fn")
 
     def __init__(self, clock: Callable[[], float], log_fn: Callable[[str], None] | None = None,
                  log_interval_s: float = 5.0) -> None:
@@ -222,6 +223,8 @@ class RecoveryProgress:
         self.total = 0
         self.started = 0.0
         self.finished = 0.0
+        self.validated = 0  # CommitLog bytes the validation covered (set when it ends)
+        self.redispatched = 0  # CommitLog bytes re-dispatched (set when it ends)
         self.log_interval_s = log_interval_s
         self._clock = clock
         self._log_fn = log_fn
@@ -268,4 +271,6 @@ class RecoveryProgress:
             "recoveryScannedBytes": str(self.scanned),
             "recoveryTotalBytes": str(self.total),
             "recoveryElapsedMs": str(self.elapsed_ms()),
+            "recoveryValidatedBytes": str(self.validated),
+            "recoveryRedispatchedBytes": str(self.redispatched),
         }
