@@ -190,6 +190,7 @@ class BrokerConfig:
     dleger_peers: str = _opt("", important=True)  # n0-host:port;n1-host:port;n2-host:port (Raft peer ports)
     dleger_self_id: str = _opt("", important=True)  # this member's id in dLegerPeers
     raft_snapshot_every: int = _opt(20_000)  # OrbitMQ-only: Raft log compaction every N applied entries
+    local_delivery_groups: str = _opt("")  # OrbitMQ-only: pop groups served by local delivery in a Raft group ("*": all)
     # Prometheus metrics (broker/metrics.py; docs/operations.md): PROM serves /metrics, DISABLE (default) does not
     metrics_exporter_type: str = _opt("DISABLE", important=True)
     metrics_prom_exporter_host: str = _opt("")  # "" -> brokerIP1, as RocketMQ

@@ -140,6 +140,7 @@ BROKER_KEYS: dict[str, str] = {
     "dLegerPeers": "dleger_peers",
     "dLegerSelfId": "dleger_self_id",
     "raftSnapshotEvery": "raft_snapshot_every",
+    "localDeliveryGroups": "local_delivery_groups",
     "syncFromLastFile": "sync_from_last_file",
     "metricsExporterType": "metrics_exporter_type",
     "metricsPromExporterHost": "metrics_prom_exporter_host",

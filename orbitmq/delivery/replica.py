@@ -28,9 +28,16 @@ class DeliveryReplica:
     def apply(self, payload: bytes) -> tuple[str, list[Effect], list[Deliver]]:
         """One committed entry: (queue key, all effects, the deliveries this member sends)."""
         key, effects = self.router.apply(payload)
-        mine = [e for e in effects if isinstance(e, Deliver)
+        return key, effects, self._mine(effects)
+
+    def enqueue(self, topic: str, queue: int, offset: int, size: int) -> list[tuple[str, list[Effect], list[Deliver]]]:
+        """A committed message (applied as part of its MESSAGES entry, no entry of its own) joins every machine of
+        its topic: [(queue key, all effects, the deliveries this member sends)] per machine."""
+        return [(key, effects, self._mine(effects)) for key, effects in self.router.enqueue(topic, queue, offset, size)]
+
+    def _mine(self, effects: list[Effect]) -> list[Deliver]:
+        return [e for e in effects if isinstance(e, Deliver)
                 and executes_here(e.node, self.node_id, self.is_leader, self.replica_nodes)]
-        return key, effects, mine
 
     def set_role(self, is_leader: bool, term: int) -> list[Send]:
         """Role change. A new leader (once per term) re-sends the checkouts of replica-less nodes' consumers:

@@ -59,6 +59,17 @@ class DeliveryRouter:
             m = self.machines[key] = DeliveryMachine(self.max_deliveries)
         return key, m.apply(cmd)
 
+    def enqueue(self, topic: str, queue: int, offset: int, size: int) -> list[tuple[str, list[Effect]]]:
+        """A committed message of `topic` joins every existing machine of that topic (key "<topic>@<group>"), in
+        key creation order: what a Raft broker group does for each message of a MESSAGES entry, so enqueueing
+        needs no entry of its own. ts 0: an enqueue does not move the machine's time."""
+        prefix = topic + "@"
+        cmd = dc.Enqueue(0, queue, offset, size)
+        return [(k, m.apply(cmd)) for k, m in self.machines.items() if k.startswith(prefix)]
+
+    def topics(self) -> set[str]:
+        return {k.rpartition("@")[0] for k in self.machines}
+
     def snapshot(self) -> bytes:
         return orjson.dumps({"v": ROUTER_SNAPSHOT_VERSION, "maxd": self.max_deliveries,
                              "queues": [[k, m.state()] for k, m in self.machines.items()]})

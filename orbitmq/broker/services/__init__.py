@@ -86,6 +86,7 @@ FACTORIES: list[str] = [
     "orbitmq.broker.services.retry:create",
     "orbitmq.broker.services.transaction:create",
     "orbitmq.broker.services.pop:create",
+    "orbitmq.broker.raft_mode.local_delivery:create",  # localDeliveryGroups in a Raft group; after pop (wraps it)
     "orbitmq.broker.services.ha:create",  # replication: HA server/client, SYNC_MASTER waits, slave metadata sync
     "orbitmq.broker.services.timer:create",  # after transaction: half messages keep their own path
     "orbitmq.broker.services.strict_lock:create",  # lockInStrictMode: LOCK/UNLOCK_BATCH_MQ by quorum

@@ -82,3 +82,20 @@ def test_resends_after_restore_and_on_leadership() -> None:
     assert [(d.consumer, d.did) for _, d in reps["n1"].set_role(True, 2)] == [("x", 2), ("x", 4)]
     assert reps["n1"].set_role(True, 2) == []
     assert reps["n0"].set_role(False, 2) == []
+
+
+def test_enqueue_joins_every_machine_of_the_topic_only() -> None:
+    reps = {n: DeliveryReplica(n, ("n0", "n1")) for n in ("n0", "n1")}
+    reps["n0"].set_role(True, 1)
+    for r in reps.values():
+        r.apply(encode_entry("T@g1", dc.Attach(1, "c0", "n0", 10, 1000)))
+        r.apply(encode_entry("T@g2", dc.Attach(1, "c1", "n1", 10, 1000)))
+        r.apply(encode_entry("U@g1", dc.Attach(1, "c2", "n1", 10, 1000)))
+    assert reps["n0"].router.topics() == {"T", "U"}
+    out = {n: r.enqueue("T", 2, 5, 100) for n, r in reps.items()}
+    assert [k for k, _, _ in out["n0"]] == ["T@g1", "T@g2"]
+    assert [[d.consumer for d in mine] for _, _, mine in out["n0"]] == [["c0"], []]  # n0 sends to its own
+    assert [[d.consumer for d in mine] for _, _, mine in out["n1"]] == [[], ["c1"]]
+    assert reps["n0"].enqueue("V", 0, 0, 1) == []  # no machine of that topic: nothing
+    assert not reps["n0"].router.machines["U@g1"].checkouts
+    assert reps["n0"].router.snapshot() == reps["n1"].router.snapshot()

@@ -1,0 +1,157 @@
+"""Local delivery in a Raft broker group (issue 14), three in-process members with localDeliveryGroups: a consumer
+popping on each member gets its messages from that member (the leader answers only its own consumer), acks from
+any member settle them, a stale handle is refused with NO_MESSAGE, a closed connection returns what its consumer
+held, and every member's machine ends equal."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from orbitmq.broker import Broker, BrokerConfig
+from orbitmq.broker.raft_mode.local_delivery import LocalDeliveryService, parse_groups, parse_handle
+from orbitmq.broker.raft_mode.service import RaftGroupService
+from orbitmq.client import broker_api
+from orbitmq.model import Prop
+from orbitmq.model.topic import TopicConfig
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.remoting import RemotingClient
+from orbitmq.store import StoreConfig
+from orbitmq.store.results import MessageInner
+from orbitmq.testing.procs import free_port
+
+TOPIC = "LdTopic"
+GROUP = "ld-group"
+
+
+def _brokers(tmp_path: Path) -> list[Broker]:
+    ids = ["n0", "n1", "n2"]
+    peers = ";".join(f"{i}-127.0.0.1:{free_port()}" for i in ids)
+    out = []
+    for i in ids:
+        store = StoreConfig(str(tmp_path / i / "store"), mapped_file_size_commitlog=4 * 1024 * 1024,
+                            mapped_file_size_consume_queue=1000 * 20, max_message_size=64 * 1024)
+        cfg = BrokerConfig(broker_ip1="127.0.0.1", listen_port=0, broker_name="raft-ld", broker_role="SLAVE",
+                           broker_id=1, enable_dleger_commit_log=True, dleger_peers=peers, dleger_self_id=i,
+                           local_delivery_groups=GROUP, auto_create_topic_enable=True)
+        out.append(Broker(cfg, store))
+    return out
+
+
+async def _until(what: str, check: Any, timeout_s: float = 20.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        got = check()
+        if got:
+            return got
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _pop(n: int = 8, poll_ms: int = 2000, invisible_ms: int = 30_000) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.POP_MESSAGE, {
+        "consumerGroup": GROUP, "topic": TOPIC, "queueId": "-1", "maxMsgNums": str(n),
+        "invisibleTime": str(invisible_ms), "pollTime": str(poll_ms), "initMode": "0", "expType": "TAG", "exp": "*"})
+
+
+def _ack(handle: str, code: int = RequestCode.ACK_MESSAGE, **extra: str) -> RemotingCommand:
+    parts = handle.split()
+    return RemotingCommand.request(code, {"consumerGroup": GROUP, "topic": TOPIC, "queueId": parts[6],
+                                          "extraInfo": handle, "offset": parts[7], **extra})
+
+
+def test_parse_groups_and_handle() -> None:
+    assert parse_groups("a, b,,") == frozenset({"a", "b"})
+    assert parse_groups("a,*") is None
+    assert parse_handle("3 100 30000 17 0 bk 2 3 n1.ab.4") == (17, "n1.ab.4")
+
+
+def test_pop_on_every_member_ack_anywhere_and_consumer_down(tmp_path: Path) -> None:
+    async def main() -> None:
+        brokers = _brokers(tmp_path)
+        for b in brokers:
+            await b.start()
+            b.ctx.topics.create_or_update(TopicConfig(TOPIC, 4, 4))
+        clients = [RemotingClient(name=f"c{i}") for i in range(4)]
+        try:
+            groups: list[RaftGroupService] = [b.ctx.services["raft_group"] for b in brokers]  # type: ignore[misc]
+            lds: list[LocalDeliveryService] = [b.ctx.services["local_delivery"] for b in brokers]  # type: ignore[misc]
+
+            def agreed() -> int | None:
+                lead = [i for i, g in enumerate(groups) if g.driver.is_leader]
+                ok = len(lead) == 1 and all(g.driver.leader_id == groups[lead[0]].self_id for g in groups)
+                return lead[0] + 1 if ok else None
+            li = await _until("a leader every member knows", agreed) - 1
+            leader = brokers[li]
+            # one consumer per member attaches (an empty pop with a short poll)
+            for i, b in enumerate(brokers):
+                resp = await clients[i].invoke(b.addr, _pop(poll_ms=50), 5000)
+                assert resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND), resp.remark
+            await _until("3 consumers attached everywhere", lambda: all(
+                len(ld.replica.router.machines.get(f"{TOPIC}@{GROUP}").consumers) == 3  # type: ignore[union-attr]
+                if f"{TOPIC}@{GROUP}" in ld.replica.router.machines else False for ld in lds))
+            for n in range(30):
+                r = await leader.ctx.store.put_message(MessageInner(TOPIC, n % 4, b"body-%d" % n, {}))
+                assert r.ok, r
+            got: dict[int, list[Any]] = {0: [], 1: [], 2: []}
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 20
+            while sum(len(v) for v in got.values()) < 30 and loop.time() < end:
+                for i, b in enumerate(brokers):
+                    resp = await clients[i].invoke(b.addr, _pop(poll_ms=100), 5000)
+                    if resp.code == ResponseCode.SUCCESS:
+                        msgs = broker_api.decode_messages(resp.body)
+                        got[i] += msgs
+                        for m in msgs:  # ack through another member than the one it came from
+                            other = brokers[(i + 1) % 3]
+                            a = await clients[3].invoke(other.addr, _ack(m.properties[Prop.POP_CK]), 5000)
+                            assert a.code == ResponseCode.SUCCESS, a.remark
+            bodies = sorted(m.body for v in got.values() for m in v)
+            assert bodies == sorted(b"body-%d" % n for n in range(30))  # each once
+            assert all(got[i] for i in range(3)), {i: len(v) for i, v in got.items()}  # every member delivered
+            for i in range(3):  # each consumer's deliveries are in enqueue order per queue
+                for q in range(4):
+                    offs = [m.queue_offset for m in got[i] if m.queue_id == q]
+                    assert offs == sorted(offs)
+            assert [ld.sent for ld in lds] == [len(got[i]) for i in range(3)]
+            # a stale handle (already acked) is refused
+            stale = got[0][0].properties[Prop.POP_CK]
+            a = await clients[3].invoke(brokers[0].addr, _ack(stale), 5000)
+            assert a.code == ResponseCode.NO_MESSAGE, (a.code, a.remark)
+            # a held message comes back when its consumer's connection closes
+            r = await leader.ctx.store.put_message(MessageInner(TOPIC, 0, b"held", {}))
+            assert r.ok
+            fi = (li + 1) % 3
+            held = None
+            while held is None:
+                for i in (fi, li, (li + 2) % 3):
+                    resp = await clients[i].invoke(brokers[i].addr, _pop(n=1, poll_ms=300), 5000)
+                    if resp.code == ResponseCode.SUCCESS:
+                        held = (i, broker_api.decode_messages(resp.body)[0])
+                        break
+            hi, msg = held
+            await clients[hi].close()
+            others = [i for i in range(3) if i != hi]
+            again = None
+            while again is None:
+                for i in others:
+                    resp = await clients[i].invoke(brokers[i].addr, _pop(n=1, poll_ms=300), 5000)
+                    if resp.code == ResponseCode.SUCCESS:
+                        again = broker_api.decode_messages(resp.body)[0]
+                        break
+            assert again.body == b"held" and again.reconsume_times == 1
+            a = await clients[3].invoke(brokers[0].addr, _ack(again.properties[Prop.POP_CK]), 5000)
+            assert a.code == ResponseCode.SUCCESS
+            # invisible-time change on a fresh delivery, then every machine ends equal
+            await _until("equal machines", lambda: len({ld.replica.router.machines[f"{TOPIC}@{GROUP}"].digest()
+                                                         for ld in lds}) == 1)
+            m0 = lds[0].replica.router.machines[f"{TOPIC}@{GROUP}"]
+            assert not m0.checkouts and not m0.ready and not m0.returns
+        finally:
+            for c in clients:
+                await c.close()
+            for b in reversed(brokers):
+                await b.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 120))
