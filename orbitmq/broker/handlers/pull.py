@@ -10,7 +10,14 @@ from functools import lru_cache
 from typing import Any
 
 from orbitmq.broker.context import BrokerContext
-from orbitmq.broker.filter import EXPRESSION_TYPE_SQL92, FilterCache, SqlParseError, sql_limits
+from orbitmq.broker.filter import (
+    EXPRESSION_TYPE_SQL92,
+    FilterBusy,
+    FilterCache,
+    PendingCompile,
+    SqlParseError,
+    sql_limits,
+)
 from orbitmq.broker.handlers.guard import guarded
 from orbitmq.broker.long_poll import LongPollService
 from orbitmq.broker.metadata.quota import AutoCreateRefused
@@ -93,6 +100,9 @@ class PullProcessor:
         if isinstance(checked, RemotingCommand):
             return checked
         sgc, codes, record_filter = checked
+        if isinstance(record_filter, PendingCompile):  # a new SQL92 expression compiles off the loop: answer after
+            record_filter.then(lambda: self._after_compile(conn, req, allow_suspend))
+            return None
         if record_filter is None:
             result = self.ctx.store.get_message(group, topic, queue_id, queue_offset, max_msg_nums,
                                                 codes.__contains__ if codes is not None else None)
@@ -171,10 +181,25 @@ class PullProcessor:
         if topic.startswith(RETRY_PREFIX) and not self.ctx.config.filter_support_retry:
             return sgc, None, None
         try:
-            return sgc, None, self.filters.get(group, topic, expression)
+            return sgc, None, self.filters.lookup(group, topic, expression)
         except SqlParseError as e:
             return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                                 f"parse the consumer's subscription[{expression}] failed, group: {group}: {e}")
+        except FilterBusy as e:
+            return req.response(ResponseCode.SYSTEM_BUSY, str(e))
+
+    def _after_compile(self, conn: Any, req: RemotingCommand, allow_suspend: bool) -> None:
+        """A pull that waited for its SQL92 expression to compile: processed now (the compile result is cached, or
+        handed over by the cache for this call), answered through the connection."""
+        if getattr(conn, "closed", False):
+            return
+        try:
+            response = self.process(conn, req, allow_suspend)
+        except Exception as e:
+            conn.reply_error(req, e)
+            return
+        if response is not None:
+            conn.reply(req, response)
 
     def _respond(self, conn: Any, req: RemotingCommand, result: Any, sgc: Any, codes: frozenset[int] | None,
                  topic: str, queue_id: int, queue_offset: int, sys_flag: int, suspend_timeout_ms: int,

@@ -51,7 +51,7 @@ def test_filtered_pull_scans_a_bounded_number_of_entries(bctx):
     _send_many(bctx, "TF", [{"a": "0"}] * 1200 + [{"a": "1"}])
     proc = pull_mod.build(bctx)
     evaluated = 0
-    real_get = proc.filters.get
+    real_get = proc.filters.lookup  # no running loop: compiled inline, never pending
 
     def counting_get(group: str, topic: str, expression: str):
         f = real_get(group, topic, expression)
@@ -62,7 +62,7 @@ def test_filtered_pull_scans_a_bounded_number_of_entries(bctx):
             return f(record)
         return keep
 
-    proc.filters.get = counting_get  # type: ignore[method-assign]
+    proc.filters.lookup = counting_get  # type: ignore[method-assign,assignment]
     r = proc.handle(FakeConn(), pull_req("TF", 0, expression_type="SQL92", expression="a = 1"))
     # RocketMQ's bound: maxFilterMessageCount 16000 bytes of ConsumeQueue = 800 entries per pull
     assert r.code == ResponseCode.PULL_RETRY_IMMEDIATELY and r.ext_fields["nextBeginOffset"] == "800"
