@@ -10,6 +10,9 @@
  *   command_from_header(cls, header, body)
  *                                    protocol/header_json.py command_from_header_py: the common JSON header shape
  *                                    to a RemotingCommand, None for anything the general decoder must decide
+ *   encode_json_frame(cmd)           protocol/frame.py encode_json_frame_py: the whole serialize-type-0 frame of a
+ *                                    command of the common shape (plain strings, int fields, str extFields), None
+ *                                    for anything the Python encoder must decide (escapes, conversions, errors)
  *   decode_send_v2(cls, ext)         protocol/headers.py decode_send_v2_py: the common send extFields (V2 or V1)
  *                                    to a SendMessageRequestHeader, None for anything the Python decoder decides
  *   decode_properties(text)          model/properties.py decode_properties_py
@@ -1013,11 +1016,248 @@ static PyObject *sp_index_put_key(PyObject *self, PyObject *const *args, Py_ssiz
     return r;
 }
 
+/* ---- encode_json_frame(cmd): a whole serialize-type-0 frame of the common command shape -------------------
+ * protocol/frame.py encode_json_frame_py: code, version, opaque and flag ints within int64, language a str,
+ * remark None or a str, ext_fields None or a dict of str keys and str values, body None or bytes, serialize_type 0,
+ * every string with nothing JSON must escape ('"', '\\', control characters) and valid as UTF-8 -> exactly the
+ * bytes protocol/frame.py encode_frame gives (length prefix, header length word, the compact JSON header with
+ * sorted keys, null remark left out, then the body). Anything else returns None and encode_frame's Python code
+ * decides (escapes, conversions, errors). Attributes are read from RemotingCommand's slots in place. */
+typedef struct {
+    char *p;
+    Py_ssize_t n, cap;
+    char small[768];
+} wbuf;
+
+static int wb_reserve(wbuf *b, Py_ssize_t extra) {
+    if (b->n + extra <= b->cap) return 0;
+    Py_ssize_t cap = b->cap * 2;
+    if (cap < b->n + extra) cap = b->n + extra;
+    char *q = PyMem_Malloc((size_t)cap);
+    if (q == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(q, b->p, (size_t)b->n);
+    if (b->p != b->small) PyMem_Free(b->p);
+    b->p = q;
+    b->cap = cap;
+    return 0;
+}
+
+static int wb_put(wbuf *b, const char *s, Py_ssize_t n) {
+    if (wb_reserve(b, n) < 0) return -1;
+    memcpy(b->p + b->n, s, (size_t)n);
+    b->n += n;
+    return 0;
+}
+
+#define WB_LIT(b, s) wb_put((b), (s), (Py_ssize_t)(sizeof(s) - 1))
+
+/* an int within int64: 1 written, 0 not one (bool, another type, out of range), -1 error */
+static int wb_i64(wbuf *b, PyObject *x) {
+    if (!PyLong_CheckExact(x)) return 0;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
+    if (overflow) return 0;
+    if (v == -1 && PyErr_Occurred()) return -1;
+    char tmp[24], *e = tmp + sizeof tmp, *q = e;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--q = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *--q = '-';
+    return wb_put(b, q, e - q) < 0 ? -1 : 1;
+}
+
+/* a plain JSON string's UTF-8 (no quotes): 1, 0 (not plain), -1 error */
+static int plain_utf8(PyObject *s, const char **u, Py_ssize_t *n) {
+    if (!PyUnicode_CheckExact(s)) return 0;
+    *u = PyUnicode_AsUTF8AndSize(s, n);
+    if (*u == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return -1;
+        PyErr_Clear(); /* lone surrogates: orjson refuses them, so does the Python path */
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        unsigned char c = (unsigned char)(*u)[i];
+        if (c < 0x20 || c == '"' || c == '\\') return 0;
+    }
+    return 1;
+}
+
+/* a JSON string: 1 written, 0 not plain (needs escaping or is no valid UTF-8: the Python encoder decides),
+ * -1 error */
+static int wb_str(wbuf *b, PyObject *s) {
+    const char *u;
+    Py_ssize_t n;
+    int r = plain_utf8(s, &u, &n);
+    if (r != 1) return r;
+    if (wb_reserve(b, n + 2) < 0) return -1;
+    b->p[b->n++] = '"';
+    memcpy(b->p + b->n, u, (size_t)n);
+    b->n += n;
+    b->p[b->n++] = '"';
+    return 1;
+}
+
+#define EXT_SMALL 16
+/* the ext dict as a JSON object with sorted keys: 1, 0 (not the common shape), -1 error. Up to EXT_SMALL items
+ * are sorted in place by their UTF-8 bytes (= code point order, orjson's order); larger dicts through a list. */
+static int wb_ext(wbuf *b, PyObject *ext) {
+    if (!PyDict_CheckExact(ext)) return 0;
+    Py_ssize_t size = PyDict_GET_SIZE(ext);
+    if (size <= EXT_SMALL) {
+        const char *ku[EXT_SMALL], *vu[EXT_SMALL];
+        Py_ssize_t kn[EXT_SMALL], vn[EXT_SMALL], total = 2, cnt = 0, pos = 0;
+        PyObject *k, *v;
+        while (PyDict_Next(ext, &pos, &k, &v)) {
+            if (cnt == EXT_SMALL) return 0;
+            const char *a, *c;
+            Py_ssize_t an, cn;
+            int r = plain_utf8(k, &a, &an);
+            if (r != 1) return r;
+            if ((r = plain_utf8(v, &c, &cn)) != 1) return r;
+            Py_ssize_t j = cnt++; /* insertion sort by key bytes */
+            while (j > 0) {
+                Py_ssize_t m = kn[j - 1] < an ? kn[j - 1] : an;
+                int d = memcmp(ku[j - 1], a, (size_t)m);
+                if (d < 0 || (d == 0 && kn[j - 1] <= an)) break;
+                ku[j] = ku[j - 1], kn[j] = kn[j - 1], vu[j] = vu[j - 1], vn[j] = vn[j - 1];
+                j--;
+            }
+            ku[j] = a, kn[j] = an, vu[j] = c, vn[j] = cn;
+            total += an + cn + 6;
+        }
+        if (wb_reserve(b, total) < 0) return -1;
+        char *o = b->p + b->n;
+        *o++ = '{';
+        for (Py_ssize_t i = 0; i < cnt; i++) {
+            if (i) *o++ = ',';
+            *o++ = '"';
+            memcpy(o, ku[i], (size_t)kn[i]);
+            o += kn[i];
+            *o++ = '"';
+            *o++ = ':';
+            *o++ = '"';
+            memcpy(o, vu[i], (size_t)vn[i]);
+            o += vn[i];
+            *o++ = '"';
+        }
+        *o++ = '}';
+        b->n = o - b->p;
+        return 1;
+    }
+    PyObject *keys = PyDict_Keys(ext);
+    if (keys == NULL) return -1;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    int r = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyUnicode_CheckExact(PyList_GET_ITEM(keys, i))) {
+            r = 0;
+            goto done;
+        }
+    }
+    if (n > 1 && PyList_Sort(keys) < 0) { /* exact str keys: code point order = orjson's UTF-8 byte order */
+        r = -1;
+        goto done;
+    }
+    if (wb_put(b, "{", 1) < 0) {
+        r = -1;
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyList_GET_ITEM(keys, i);
+        PyObject *v = PyDict_GetItemWithError(ext, k); /* borrowed */
+        if (v == NULL) {
+            r = PyErr_Occurred() ? -1 : 0;
+            goto done;
+        }
+        if (i && wb_put(b, ",", 1) < 0) {
+            r = -1;
+            goto done;
+        }
+        if ((r = wb_str(b, k)) != 1) goto done;
+        if (wb_put(b, ":", 1) < 0) {
+            r = -1;
+            goto done;
+        }
+        if ((r = wb_str(b, v)) != 1) goto done;
+    }
+    r = wb_put(b, "}", 1) < 0 ? -1 : 1;
+done:
+    Py_DECREF(keys);
+    return r;
+}
+
+static PyObject *sp_encode_json_frame(PyObject *self, PyObject *cmd) {
+    PyTypeObject *tp = Py_TYPE(cmd);
+    if (!slot_offsets(tp)) Py_RETURN_NONE;
+    PyObject *v[9];
+    for (int i = 0; i < 9; i++) {
+        v[i] = *(PyObject **)((char *)cmd + slots_off[i]);
+        if (v[i] == NULL) Py_RETURN_NONE; /* unset: the Python encoder raises the AttributeError */
+    }
+    /* v: code, version, opaque, flag, language, remark, ext_fields, body, serialize_type */
+    PyObject *stype = v[8], *remark = v[5], *ext = v[6], *body = v[7];
+    if (!PyLong_CheckExact(stype) || PyLong_AsLong(stype) != 0) {
+        if (PyErr_Occurred()) PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (body != Py_None && !PyBytes_CheckExact(body)) Py_RETURN_NONE;
+    wbuf b;
+    b.p = b.small;
+    b.n = 8; /* the length prefix and header length word, written last */
+    b.cap = (Py_ssize_t)sizeof b.small;
+    int r;
+    PyObject *out = NULL;
+    if (WB_LIT(&b, "{\"code\":") < 0 || (r = wb_i64(&b, v[0])) < 0) goto error;
+    if (!r) goto fallback;
+    if (ext != Py_None) {
+        if (WB_LIT(&b, ",\"extFields\":") < 0 || (r = wb_ext(&b, ext)) < 0) goto error;
+        if (!r) goto fallback;
+    }
+    if (WB_LIT(&b, ",\"flag\":") < 0 || (r = wb_i64(&b, v[3])) < 0) goto error;
+    if (!r) goto fallback;
+    if (WB_LIT(&b, ",\"language\":") < 0 || (r = wb_str(&b, v[4])) < 0) goto error;
+    if (!r) goto fallback;
+    if (WB_LIT(&b, ",\"opaque\":") < 0 || (r = wb_i64(&b, v[2])) < 0) goto error;
+    if (!r) goto fallback;
+    if (remark != Py_None) {
+        if (WB_LIT(&b, ",\"remark\":") < 0 || (r = wb_str(&b, remark)) < 0) goto error;
+        if (!r) goto fallback;
+    }
+    if (WB_LIT(&b, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":") < 0 || (r = wb_i64(&b, v[1])) < 0)
+        goto error;
+    if (!r) goto fallback;
+    if (wb_put(&b, "}", 1) < 0) goto error;
+    Py_ssize_t hlen = b.n - 8;
+    Py_ssize_t blen = body == Py_None ? 0 : PyBytes_GET_SIZE(body);
+    if (hlen > 0xFFFFFF || 4 + hlen + blen > INT32_MAX) goto fallback; /* the Python encoder raises */
+    put32((unsigned char *)b.p, (uint32_t)(4 + hlen + blen));
+    put32((unsigned char *)b.p + 4, (uint32_t)hlen); /* serialize type 0 in the top byte */
+    out = PyBytes_FromStringAndSize(NULL, b.n + blen);
+    if (out == NULL) goto error;
+    memcpy(PyBytes_AS_STRING(out), b.p, (size_t)b.n);
+    if (blen) memcpy(PyBytes_AS_STRING(out) + b.n, PyBytes_AS_STRING(body), (size_t)blen);
+    if (b.p != b.small) PyMem_Free(b.p);
+    return out;
+fallback:
+    if (b.p != b.small) PyMem_Free(b.p);
+    Py_RETURN_NONE;
+error:
+    if (b.p != b.small) PyMem_Free(b.p);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"crc32", sp_crc32, METH_O, "zlib.crc32(data) (unsigned)."},
     {"java_hash", sp_java_hash, METH_O, "Java String.hashCode over UTF-16 code units, signed 32-bit."},
     {"command_from_header", (PyCFunction)(void (*)(void))sp_command_from_header, METH_FASTCALL,
      "RemotingCommand from a decoded JSON header of the common shape, or None."},
+    {"encode_json_frame", sp_encode_json_frame, METH_O,
+     "The whole JSON (serialize type 0) frame of a RemotingCommand of the common shape, or None."},
     {"decode_send_v2", (PyCFunction)(void (*)(void))sp_decode_send_v2, METH_FASTCALL,
      "SendMessageRequestHeader from the common send extFields (V2 or V1 names), or None."},
     {"decode_properties", sp_decode_properties, METH_O, "Lenient decode of a message properties string."},
@@ -1062,7 +1302,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     /* native.py loads the module only when this matches its API_VERSION: a stale build from an older source
      * (an editable install not rebuilt) is ignored instead of missing functions. Bump it with every change of a
      * function's contract or the set of functions. */
-    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 5) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 6) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -13,6 +13,7 @@ from orbitmq.broker.metadata.quota import REQUESTER
 from orbitmq.protocol import RemotingCommand, ResponseCode
 
 _NOT_SUPPORTED = int(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+_requester = REQUESTER.get
 
 
 class Router:
@@ -40,7 +41,8 @@ class Router:
             refused = self.check(conn, cmd)
             if refused is not None:
                 return None if cmd.is_oneway else refused
-        REQUESTER.set(conn)  # who auto-creates topics/groups (metadata/quota.py); a handler's task inherits it
+        if _requester() is not conn:  # set once per connection's run of requests (a set makes a new context)
+            REQUESTER.set(conn)  # who auto-creates topics/groups (metadata/quota.py); a handler's task inherits it
         return handler(conn, cmd)
 
     def add(self, table: Mapping[int, Any]) -> None:

@@ -6,9 +6,11 @@ ProtocolError on any malformed input (the caller then closes the connection).
 
 from __future__ import annotations
 
+import re
 import struct
 
 from orbitmq.base.errors import ProtocolError
+from orbitmq.base.native import speedups
 from orbitmq.protocol.command import RemotingCommand
 from orbitmq.protocol.header_binary import decode_binary_header, encode_binary_header, fits_binary
 from orbitmq.protocol.header_json import decode_json_header, encode_json_header
@@ -28,6 +30,16 @@ def encode_header(cmd: RemotingCommand) -> tuple[int, bytes]:
 
 
 def encode_frame(cmd: RemotingCommand) -> bytes:
+    if _encode_json_frame is not None:  # the common JSON command in one native call
+        frame = _encode_json_frame(cmd)
+        if frame is not None:
+            return frame
+    return encode_frame_general(cmd)
+
+
+def encode_frame_general(cmd: RemotingCommand) -> bytes:
+    """encode_frame in Python: any command, any serialize type; raises ProtocolError (or the JSON encoder's
+    error) for what cannot be encoded."""
     if cmd.serialize_type == 0:
         stype, header = 0, encode_json_header(cmd)
     else:
@@ -39,6 +51,45 @@ def encode_frame(cmd: RemotingCommand) -> bytes:
     if body:
         return b"".join((_PREFIX.pack(4 + hlen + len(body), (stype << 24) | hlen), header, body))
     return _PREFIX.pack(4 + hlen, (stype << 24) | hlen) + header
+
+
+_INT64 = range(-(2**63), 2**63)
+_NOT_PLAIN = re.compile(r'["\\\x00-\x1f\ud800-\udfff]').search  # what JSON escapes, and what UTF-8 cannot hold
+
+
+def _plain(s: object) -> bool:
+    return type(s) is str and _NOT_PLAIN(s) is None
+
+
+def encode_json_frame_py(cmd: RemotingCommand) -> bytes | None:
+    """The frame of a command of the common JSON shape, else None (encode_frame_general decides).
+    Common: serialize_type 0; code, version, opaque and flag ints within int64 (not bool); language a str; remark
+    None or a str; ext_fields None or a dict of str keys and str values; body None or bytes; no string holding a
+    character JSON escapes ('"', '\\', U+0000-U+001F) or a lone surrogate; header < 16 MiB and the frame length
+    within int32. Then the bytes equal encode_frame_general(cmd). Pure-Python twin of the native
+    encode_json_frame (orbitmq/base/_speedups.c), which reads RemotingCommand's slots in place."""
+    try:
+        code, version, opaque, flag = cmd.code, cmd.version, cmd.opaque, cmd.flag
+        language, remark, ext, body, stype = cmd.language, cmd.remark, cmd.ext_fields, cmd.body, cmd.serialize_type
+    except AttributeError:
+        return None
+    if type(stype) is not int or stype != 0:
+        return None
+    for n in (code, version, opaque, flag):
+        if type(n) is not int or n not in _INT64:
+            return None
+    if not _plain(language) or (remark is not None and not _plain(remark)):
+        return None
+    if ext is not None and (type(ext) is not dict or not all(_plain(k) and _plain(v) for k, v in ext.items())):
+        return None
+    if body is not None and type(body) is not bytes:
+        return None
+    header = encode_json_header(cmd)
+    hlen = len(header)
+    blen = len(body) if body else 0
+    if hlen > MAX_HEADER_LENGTH or 4 + hlen + blen > 2**31 - 1:
+        return None  # encode_frame_general raises
+    return _PREFIX.pack(4 + hlen + blen, hlen) + header + (body or b"")
 
 
 def decode_frame_content(stype: int, header: bytes | memoryview, body: bytes | None) -> RemotingCommand:
@@ -131,3 +182,8 @@ class FrameDecoder:
                 raise ProtocolError(f"undecodable header: {type(e).__name__}: {e}") from None
             pos = frame_end
         return pos
+
+
+_native = speedups()
+_encode_json_frame = _native.encode_json_frame if _native is not None else None
+encode_json_frame = _encode_json_frame  # (cmd) -> frame bytes | None; None without the extension

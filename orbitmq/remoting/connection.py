@@ -18,11 +18,12 @@ from functools import partial
 from typing import Any
 
 from orbitmq.base.errors import ProtocolError, RemotingConnectError, RemotingTimeoutError
-from orbitmq.protocol import FLAG_ONEWAY, FrameDecoder, RemotingCommand, ResponseCode, encode_frame
-from orbitmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE
+from orbitmq.protocol import FLAG_ONEWAY, FrameDecoder, RemotingCommand, ResponseCode
+from orbitmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, encode_frame_general, encode_json_frame
 from orbitmq.remoting.limits import LIMIT_FRAME_DEADLINE, InputBudget
 
 log = logging.getLogger("orbitmq.remoting")
+_encode_json_frame = encode_json_frame
 
 
 class Deferred:
@@ -265,6 +266,10 @@ class Connection(asyncio.Protocol):
         except Exception as e:
             self._reply_error(cmd, e)
             return
+        if type(result) is RemotingCommand:  # the common answer, checked first
+            if not cmd.flag & FLAG_ONEWAY:
+                self.send(result)
+            return
         if result is None or result is DEFERRED:
             return
         if isinstance(result, RemotingCommand):
@@ -320,7 +325,10 @@ class Connection(asyncio.Protocol):
         if self.closed:
             log.debug("%s: drop frame code=%d to closed %s", self.name, cmd.code, self.remote_addr)
             return
-        frame = encode_frame(cmd)
+        # the common JSON command in one native call (protocol/frame.py encode_json_frame), else the Python encoder
+        frame = _encode_json_frame(cmd) if _encode_json_frame is not None else None
+        if frame is None:
+            frame = encode_frame_general(cmd)
         self._wbuf.append(frame)
         self._wbuf_size += len(frame)
         if self._wbuf_size >= self._high_water:
