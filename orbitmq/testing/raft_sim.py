@@ -43,7 +43,8 @@ class SimOptions:
     max_append_entries: int = 8       # small, so batching and pipelining limits are exercised
     max_inflight_appends: int = 4
     fsync_max_ms: int = 3             # each Ready's fsync takes 0..fsync_max_ms of virtual time
-    propose_every_ms: int = 15        # mean gap between client proposals
+    propose_every_ms: int = 15        # mean gap between client proposals (per stream)
+    propose_streams: int = 1          # independent client proposal streams (more in-flight proposals)
     read_every_ms: int = 40           # mean gap between client reads
     compact_every: int = 30           # a node compacts once this many entries were applied since its snapshot
     pre_vote: bool = True
@@ -86,6 +87,14 @@ class Durable:
             del self.entries[:cs.index - base]
             self.snapshot = cs
 
+    def holds(self, index: int, term: int | None) -> bool:
+        """Entry `index` of term `term` is durable here (or compacted into the durable snapshot)."""
+        base = self.snapshot.index if self.snapshot is not None else 0
+        if index < base or (index == base and base > 0):
+            return True
+        k = index - base - 1
+        return k < len(self.entries) and self.entries[k].term == term
+
 
 class SimNode:
     def __init__(self, node_id: str, config: RaftConfig) -> None:
@@ -105,6 +114,9 @@ class SimNode:
         self.last_applied = 0
         self.reg_commit = 0
         self.snapshots_installed = 0
+        # acknowledgements (APPEND_RESP) the node created and has not sent yet: id -> (message, term of the
+        # acknowledged entry, has that entry been durable here at some moment since the ack was created)
+        self.acks_made: dict[int, tuple[Message, int | None, bool]] = {}
 
     @property
     def alive(self) -> bool:
@@ -152,6 +164,8 @@ class RaftSim:
             self.schedule(phase.randrange(o.tick_ms), "tick", n.id)
         self.schedule(1, "propose")
         self.schedule(1, "read")
+        for _ in range(o.propose_streams - 1):
+            self.schedule(1, "propose")
 
     # --- plumbing --------------------------------------------------------------------------------------
     def fork(self, name: str) -> random.Random:
@@ -250,6 +264,7 @@ class RaftSim:
         n.proposals.clear()
         n.reads.clear()
         n.reads_ready.clear()
+        n.acks_made.clear()
         n.load_sm(None)
         self.stats["crashes"] += 1
 
@@ -271,8 +286,12 @@ class RaftSim:
         self._pump(n)
 
     def _pump(self, n: SimNode) -> None:
+        if n.raft is not None:
+            self._note_acks(n, n.raft._msgs)
         while n.raft is not None and not n.inflight and n.raft.has_ready():
+            self._note_acks(n, n.raft._msgs)
             rd = n.raft.ready()
+            self._note_acks(n, rd.messages)  # made by ready() itself
             self._check_entries(n, rd)
             delay = self._fsync_rng.randint(0, self.opts.fsync_max_ms)
             if delay:
@@ -287,6 +306,9 @@ class RaftSim:
         old = n.durable.hard_state
         old_snap = n.durable.snapshot.index if n.durable.snapshot is not None else 0
         n.durable.persist(rd)
+        for key, (m, term, durable) in list(n.acks_made.items()):  # acks waiting to leave: durable by now?
+            if not durable and n.durable.holds(m.index, term):
+                n.acks_made[key] = (m, term, True)
         hs = n.durable.hard_state
         if n.durable.snapshot is not None and n.durable.snapshot.index < old_snap:
             raise self.fail(f"{n.id}: durable snapshot went back from {old_snap} to {n.durable.snapshot.index}")
@@ -301,8 +323,26 @@ class RaftSim:
         if n.sm_applied - n.raft.log.snap_index >= self.opts.compact_every:
             n.raft.compact(n.sm_applied, encode_sm(n.sm))
 
+    def _note_acks(self, n: SimNode, msgs: list[Message]) -> None:
+        """Record, when an acknowledgement is created, what it acknowledges and whether that was durable then.
+        Called after every step of the node (before its messages can leave), so nothing durable changed since the
+        message was made."""
+        assert n.raft is not None
+        for m in msgs:
+            if m.type == MsgType.APPEND_RESP and not m.reject and m.index > 0 and id(m) not in n.acks_made:
+                term = n.raft.log.term_at(m.index)
+                n.acks_made[id(m)] = (m, term, n.durable.holds(m.index, term))
+
     def _check_outgoing(self, n: SimNode, m: Message) -> None:
-        """A message leaves only after the state it depends on is durable (Ready order)."""
+        """A message leaves only after the state it depends on is durable (Ready order).
+
+        An acknowledgement (APPEND_RESP) is judged from its creation on, not only by what is durable when it
+        leaves. It may leave when the acknowledged entry (index and term) was durable here at some moment from its
+        creation to its sending, or when, before it left, a leader of a higher term replaced that entry here and
+        that higher term is durable: both are an older-term message delivered late, as Raft allows (the entry was
+        accepted in the lower term before this node learned the higher one, and the node never acts in that term
+        again; a crash in between drops the unsent acknowledgement). Anything else -- an entry neither durable
+        nor superseded, as when a driver sends the Ready's messages before its fsync -- is a failure."""
         hs = n.durable.hard_state
         # (A durable term above the message's is fine: that term's vote can never be cast again.)
         if m.type == MsgType.VOTE_RESP and not m.reject and (
@@ -311,10 +351,20 @@ class RaftSim:
         if m.type == MsgType.VOTE and (hs.term < m.term or (hs.term == m.term and hs.vote != n.id)):
             raise self.fail(f"{n.id} asked for votes in term {m.term} before persisting its own vote ({hs})")
         if m.type == MsgType.APPEND_RESP and not m.reject and m.index > 0:
-            d = n.durable
-            last = (d.snapshot.index if d.snapshot else 0) + len(d.entries)
-            if m.index > last:
-                raise self.fail(f"{n.id} acknowledged index {m.index} but only {last} is durable")
+            made = n.acks_made.pop(id(m), None)
+            if made is None or made[0] is not m:
+                raise self.fail(f"{n.id} sent an acknowledgement of index {m.index} the simulator never saw made")
+            _, term, durable = made
+            if durable or n.durable.holds(m.index, term):
+                return
+            assert n.raft is not None
+            superseded = term is not None and hs.term > m.term and n.raft.log.term_at(m.index) != term
+            if not superseded:
+                d = n.durable
+                last = (d.snapshot.index if d.snapshot else 0) + len(d.entries)
+                raise self.fail(f"{n.id} acknowledged index {m.index} (term {term}) but that entry was not durable "
+                                f"here at any moment from the acknowledgement's creation to its sending, nor "
+                                f"replaced by a higher term's leader (durable log ends at {last}, {hs})")
 
     # --- state machine and client ----------------------------------------------------------------------
     def _apply(self, n: SimNode, rd: Ready) -> None:

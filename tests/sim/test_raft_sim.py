@@ -4,6 +4,7 @@ Set ORBITMQ_SIM_FIRST to sweep a different seed range; every failure prints its 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 
@@ -13,7 +14,7 @@ from orbitmq.raft.log import RaftLog
 from orbitmq.raft.messages import Message, MsgType
 from orbitmq.raft.node import RaftNode
 from orbitmq.testing import vopr
-from orbitmq.testing.raft_sim import RaftSim, SimFailure
+from orbitmq.testing.raft_sim import RaftSim, SimFailure, SimNode, SimOptions
 
 pytestmark = pytest.mark.sim
 
@@ -129,3 +130,61 @@ def test_harness_catches_committing_an_old_term_entry_by_counting(monkeypatch: p
     failure = _first_failure(range(1, 21), "figure8")
     assert failure is not None, "20 figure8 seeds and no checker noticed the Figure 8 commit rule missing"
     assert "leader completeness" in failure.what or "state machine safety" in failure.what
+
+
+# ---- acknowledgements judged from their creation (more proposal streams) --------------------------------------
+def _streams_options(seed: int) -> SimOptions:
+    """Five nodes, four client proposal streams and slow fsyncs: a follower's acknowledgement often waits for an
+    in-flight fsync while a higher-term leader truncates the acknowledged entry (a delayed older-term message)."""
+    return dataclasses.replace(vopr._random_options(seed), nodes=5, propose_streams=4, fsync_max_ms=15)
+
+
+STREAM_SEEDS = [19, 149, 231]  # 19 and 149 failed the older checker (acks judged only when sent)
+CI_STREAM_SWEEP = 25
+
+
+@pytest.mark.parametrize("seed", STREAM_SEEDS)
+def test_more_proposal_streams_fixed_seed(seed: int) -> None:
+    sim = vopr.run_seed(seed, options=_streams_options(seed))
+    assert sim.stats["acked"] > 0
+
+
+def test_sweep_more_proposal_streams() -> None:
+    failures = []
+    for seed in range(FIRST, FIRST + CI_STREAM_SWEEP):
+        try:
+            vopr.run_seed(seed, options=_streams_options(seed))
+        except SimFailure as e:
+            failures.append(e)
+    _report(CI_STREAM_SWEEP, failures)
+
+
+def _acks_before_fsync(self: RaftSim, n: SimNode) -> None:
+    """Broken driver rule: a Ready's acknowledgements leave before its entries are fsynced (the rest in order)."""
+    while n.raft is not None and not n.inflight and n.raft.has_ready():
+        self._note_acks(n, n.raft._msgs)
+        rd = n.raft.ready()
+        self._note_acks(n, rd.messages)
+        early = [m for m in rd.messages if m.type == MsgType.APPEND_RESP]
+        rd.messages = [m for m in rd.messages if m.type != MsgType.APPEND_RESP]
+        for m in early:
+            self._check_outgoing(n, m)
+            for d in self.net.route(m):
+                self.schedule(d, "deliver", m)
+        delay = 1 + self._fsync_rng.randint(0, self.opts.fsync_max_ms)
+        n.inflight = True
+        self.schedule(delay, "fsync", n.id, (rd, n.incarnation))
+        return
+
+
+def test_harness_catches_acknowledgements_sent_before_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(RaftSim, "_pump", _acks_before_fsync)
+    failure = None
+    for seed in range(1, 21):
+        try:
+            vopr.run_seed(seed, options=_streams_options(seed))
+        except SimFailure as e:
+            failure = e
+            break
+    assert failure is not None, "20 seeds and no checker noticed acknowledgements of entries not yet durable"
+    assert "acknowledged index" in failure.what and "not durable" in failure.what
