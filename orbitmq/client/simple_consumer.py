@@ -37,7 +37,7 @@ class SimpleConsumer:
     def __init__(self, group: str, namesrv: str, topic: str, expression: str = "*", *,
                  instance_name: str | None = None, init_mode: str = "MIN", timeout_ms: int = 3000,
                  access_key: str | None = None, secret_key: str | None = None,
-                 tls: TlsOption = None) -> None:
+                 tls: TlsOption = None, broker_addr: str | None = None) -> None:
         if init_mode not in _INIT_MODES:
             raise ValueError(f"init_mode must be MIN or MAX, not {init_mode!r}")
         self.group = group
@@ -48,6 +48,9 @@ class SimpleConsumer:
         self.credentials = session_credentials(access_key, secret_key)  # RocketMQ ACL: sign every request
         self.tls = tls  # True or an ssl.SSLContext: TLS to name servers and brokers
         self.init_mode = init_mode
+        # pop from (and acknowledge through) this one broker instead of each broker name's master: a member of a
+        # Raft group whose consumer group uses local delivery (docs/design/local-delivery.md)
+        self.broker_addr = broker_addr
         self.timeout_ms = timeout_ms
         self._inst: ClientInstance | None = None
         self._rr = 0
@@ -89,6 +92,8 @@ class SimpleConsumer:
         Brokers are tried in turn; only the last one tried is long-polled."""
         inst = self._instance()
         names = await self._brokers()
+        if self.broker_addr:
+            names = names[:1]
         self._rr += 1
         order = [names[(self._rr + i) % len(names)] for i in range(len(names))]
         for i, name in enumerate(order):
@@ -98,7 +103,7 @@ class SimpleConsumer:
                       "bornTime": str(now_ms()), "initMode": str(_INIT_MODES[self.init_mode]),
                       "expType": "TAG", "exp": self.expression}
             cmd = RemotingCommand.request(RequestCode.POP_MESSAGE, header)
-            addr = inst.broker_addr(name)
+            addr = self.broker_addr or inst.broker_addr(name)
             resp = await inst.invoke(addr, cmd, poll + self.timeout_ms)
             if resp.code in _NO_MESSAGE:
                 continue
@@ -114,7 +119,7 @@ class SimpleConsumer:
         parts = _handle_parts(handle)
         header = {"consumerGroup": self.group, "topic": self.topic, "queueId": parts[6], "extraInfo": handle,
                   "offset": str(msg.queue_offset), **extra}
-        addr = inst.broker_addr(parts[5])
+        addr = self.broker_addr or inst.broker_addr(parts[5])
         return broker_api.check(await inst.invoke(addr, RemotingCommand.request(code, header), self.timeout_ms), addr)
 
     async def ack(self, msg: MessageExt) -> None:

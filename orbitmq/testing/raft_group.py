@@ -4,6 +4,8 @@ real process (ServerProcess), on free ports. Test-only; nothing under orbitmq/ i
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -93,6 +95,23 @@ class RaftGroup:
             return offs.pop() if len(offs) == 1 and None not in offs else None
         return wait_until("the same CommitLog end on every member", same, timeout_s, 0.1)
 
+    def pids(self, i: int) -> set[int]:
+        """Member i's process and its children."""
+        pid = self.brokers[i].pid
+        if pid is None:
+            return set()
+        import psutil
+
+        try:
+            return {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
+        except psutil.NoSuchProcess:
+            return set()
+
+    def bytes_sent(self, i: int) -> dict[str, int]:
+        """The kernel's TCP bytes_sent of every socket member i's process holds now ("local peer" -> bytes), from
+        `ss -tinp`: what the process sent over each connection (client, peer and name-server sockets alike)."""
+        return tcp_bytes_sent(self.pids(i))
+
     def logs(self, lines: int = 40) -> str:
         return "\n".join(f"--- {p.name} ---\n{p.log_tail(lines)}" for p in self.brokers)
 
@@ -107,3 +126,34 @@ class RaftGroup:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_SS_PID = re.compile(r"pid=(\d+),")
+_SS_SENT = re.compile(r"\bbytes_sent:(\d+)")
+
+
+def tcp_bytes_sent(pids: set[int]) -> dict[str, int]:
+    """"local peer" -> bytes_sent for the TCP sockets held by `pids` (ss -tinp; Linux)."""
+    out = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, timeout=10, check=True).stdout
+    pairs: list[list[str]] = []
+    for line in out.splitlines():
+        if line[:1].isspace() and pairs:
+            pairs[-1].append(line)  # the info line of the socket above
+        else:
+            pairs.append([line])
+    sent: dict[str, int] = {}
+    for head, *rest in pairs:
+        info = " ".join(rest)
+        owners = {int(p) for p in _SS_PID.findall(head)}
+        if not owners & pids:
+            continue
+        cols = head.split()
+        m = _SS_SENT.search(info)
+        if len(cols) >= 5 and m is not None:
+            sent[f"{cols[3]} {cols[4]}"] = int(m.group(1))
+    return sent
+
+
+def sent_between(before: dict[str, int], after: dict[str, int]) -> int:
+    """Bytes sent between two tcp_bytes_sent readings (sockets opened meanwhile count from 0)."""
+    return sum(v - before.get(k, 0) for k, v in after.items() if v >= before.get(k, 0))
