@@ -196,7 +196,7 @@ class MessageStore:
         self.dispatcher.register(self._dispatch_listeners)
         self._save_checkpoint()
         progress.done()
-        log.info("store recovery: done in %.2f s", progress.elapsed_ms() / 1000)
+        log.info("store recovery: done in %.2f s (%s)", progress.elapsed_ms() / 1000, progress.timings())
 
     def _recover(self, abort_present: bool, cp_state: CheckpointState, cq_end: int) -> None:
         cl = self.commitlog

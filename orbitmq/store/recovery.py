@@ -214,7 +214,7 @@ class RecoveryProgress:
     """
 
     __slots__ = ("phase", "scanned", "total", "started", "finished", "validated", "redispatched", "log_interval_s",
-                 "_last_log", "_clock", "_log_fn")
+                 "phase_seconds", "_phase_started", "_last_log", "_clock", "_log_fn")
 
     def __init__(self, clock: Callable[[], float], log_fn: Callable[[str], None] | None = None,
                  log_interval_s: float = 5.0) -> None:
@@ -225,17 +225,24 @@ class RecoveryProgress:
         self.finished = 0.0
         self.validated = 0  # CommitLog bytes the validation covered (set when it ends)
         self.redispatched = 0  # CommitLog bytes re-dispatched (set when it ends)
+        self.phase_seconds: dict[str, float] = {}  # time spent in each phase so far
+        self._phase_started = 0.0
         self.log_interval_s = log_interval_s
         self._clock = clock
         self._log_fn = log_fn
         self._last_log = 0.0
 
     def begin(self) -> None:
-        self.started = self._last_log = self._clock()
+        self.started = self._last_log = self._phase_started = self._clock()
         self.finished = 0.0
+        self.phase_seconds = {}
         self.set_phase("open")
 
     def set_phase(self, phase: str, total: int = 0) -> None:
+        now = self._clock()
+        if self.started and self.phase not in ("idle", "done"):
+            self.phase_seconds[self.phase] = self.phase_seconds.get(self.phase, 0.0) + now - self._phase_started
+        self._phase_started = now
         self.phase = phase
         self.scanned = 0
         self.total = max(0, total)
@@ -257,6 +264,10 @@ class RecoveryProgress:
         if not self.started:
             return 0
         return int(((self.finished or self._clock()) - self.started) * 1000)
+
+    def timings(self) -> str:
+        """Seconds per phase, e.g. `open 0.01 s, consumequeue 0.52 s, validate 0.10 s`."""
+        return ", ".join(f"{name} {sec:.2f} s" for name, sec in self.phase_seconds.items())
 
     def describe(self) -> str:
         if self.total:

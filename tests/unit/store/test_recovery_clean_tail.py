@@ -167,5 +167,6 @@ def test_recovery_progress_logs_at_a_bounded_rate() -> None:
     assert f["recoveryPhase"] == "validate" and f["recoveryScannedBytes"] == "990"
     assert f["recoveryTotalBytes"] == "1000" and f["recoveryElapsedMs"] == "50000"
     p.done()
+    assert p.timings() == "open 0.00 s, validate 50.00 s"
     now[0] += 10
     assert p.fields()["recoveryPhase"] == "done" and p.fields()["recoveryElapsedMs"] == "50000"
