@@ -52,7 +52,7 @@ ENTRY_TYPE = 0x10  # Raft entry type of delivery commands (router entries)
 SNAPSHOT_PART = 0x10  # the router's state in the group snapshot
 TICK_S = 0.2  # leader: Expire of due checkouts; every member: consumer reconciliation
 RECONCILE_EVERY_S = 1.0
-NODE_DOWN_AFTER_S = 5.0  # a member behind the leader's log this long is down: its consumers' checkouts return
+NODE_DOWN_AFTER_S = 5.0  # a member whose match index stands still behind the log this long is down (NodeDown)
 MAX_POP_NUMS = 32
 MAX_POLL_MS = 30_000
 READ_WAIT_S = 2.0  # a delivered message not readable in the local store yet (dispatch lag)
@@ -120,7 +120,8 @@ class LocalDeliveryService:
         self.live: set[str] = set()  # consumers with an open connection here
         self.inboxes: dict[str, Inbox] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._lag_since: dict[str, float] = {}
+        self._lag_since: dict[str, float] = {}  # peer -> since when its match index stands still behind the log
+        self._last_match: dict[str, int] = {}
         self._node_down_sent: set[str] = set()
         self.sent = 0  # deliveries answered by this member (messages)
         self.sent_bytes = 0
@@ -181,6 +182,7 @@ class LocalDeliveryService:
 
     def _on_role(self, role: Role, term: int, leader_id: str) -> None:
         self._lag_since.clear()
+        self._last_match.clear()
         self._node_down_sent.clear()
         for key, d in self.replica.set_role(role == Role.LEADER, term):
             self._deliver(key, d)
@@ -251,8 +253,8 @@ class LocalDeliveryService:
                 await self.propose(key, dc.Expire(now))
 
     async def _nodes_down(self, mono: float) -> None:
-        """A member whose log stays behind the leader's for NODE_DOWN_AFTER_S is down: NodeDown returns what its
-        consumers hold (they are gone with it or will attach again)."""
+        """A member whose match index stays behind the leader's log without moving for NODE_DOWN_AFTER_S is down:
+        NodeDown returns what its consumers hold (they are gone with it, or attach again on their next pop)."""
         st = self.group.driver.status()
         progress = st.get("progress")
         if not isinstance(progress, dict):
@@ -261,9 +263,12 @@ class LocalDeliveryService:
         for peer, pr in progress.items():
             if peer == self.self_id:
                 continue
-            if int(pr["match"]) >= last:
+            match = int(pr["match"])
+            if match >= last or self._last_match.get(peer) != match:  # caught up, or acknowledging entries
+                self._last_match[peer] = match
                 self._lag_since.pop(peer, None)
-                self._node_down_sent.discard(peer)
+                if match >= last:
+                    self._node_down_sent.discard(peer)
                 continue
             since = self._lag_since.setdefault(peer, mono)
             if mono - since < NODE_DOWN_AFTER_S or peer in self._node_down_sent:
@@ -318,7 +323,46 @@ class LocalDeliveryService:
         return {int(RequestCode.POP_MESSAGE): self._route(self.handle_pop, RequestCode.POP_MESSAGE),
                 int(RequestCode.ACK_MESSAGE): self._route(self.handle_ack, RequestCode.ACK_MESSAGE),
                 int(RequestCode.CHANGE_MESSAGE_INVISIBLETIME):
-                    self._route(self.handle_change_invisible_time, RequestCode.CHANGE_MESSAGE_INVISIBLETIME)}
+                    self._route(self.handle_change_invisible_time, RequestCode.CHANGE_MESSAGE_INVISIBLETIME),
+                int(RequestCode.NOTIFICATION): self._route(self.handle_notification, RequestCode.NOTIFICATION),
+                int(RequestCode.BATCH_ACK_MESSAGE): self._batch_ack}
+
+    def _batch_ack(self, conn: Any, req: RemotingCommand) -> Any:
+        """BATCH_ACK_MESSAGE names its groups in the body: one of a local-delivery group is refused (its receipt
+        handles are delivery ids, acknowledged one by one with ACK_MESSAGE); others go to the pop service."""
+        try:
+            acks = orjson.loads(req.body or b"{}").get("acks") or []
+            names = {str(a.get("c", "")) for a in acks}
+        except (ValueError, AttributeError):
+            names = set()
+        local = sorted(n for n in names if self.serves(n))
+        if local:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"group {local[0]} uses local delivery: acknowledge with "
+                                "ACK_MESSAGE")
+        other = self.fallback.get(int(RequestCode.BATCH_ACK_MESSAGE))
+        if other is None:
+            return req.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "batch ack not supported")
+        return other(conn, req)
+
+    async def handle_notification(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
+        """NOTIFICATION: hasMsg once this connection's consumer has a delivery waiting here or the queue has
+        messages nobody holds (or pollTime passed)."""
+        ext = req.ext_fields
+        key = queue_key(ext_str(ext, "topic"), ext_str(ext, "consumerGroup"))
+        poll_ms = min(max(ext_int(ext, "pollTime", 0), 0), MAX_POLL_MS)
+        cid = conn.attrs.get(CONN_ATTR) if conn is not None else None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + poll_ms / 1000
+
+        def has() -> bool:
+            box = self.inboxes.get(cid) if cid else None
+            m = self.replica.router.machines.get(key)
+            return bool(box is not None and box.items) or bool(m is not None and (m.ready or m.returns))
+        while not (found := has()) and loop.time() < deadline:
+            await asyncio.sleep(min(0.05, max(0.0, deadline - loop.time())))
+        resp = req.response(ResponseCode.SUCCESS)
+        resp.ext_fields = {"hasMsg": "true" if found else "false", "pollingFull": "false"}
+        return resp
 
     def _route(self, mine: Handler, code: int) -> Handler:
         other = self.fallback.get(int(code))

@@ -155,3 +155,79 @@ def test_pop_on_every_member_ack_anywhere_and_consumer_down(tmp_path: Path) -> N
                 await b.stop()
 
     asyncio.run(asyncio.wait_for(main(), 120))
+
+
+def test_change_invisible_expiry_batch_ack_and_node_down(tmp_path: Path) -> None:
+    async def main() -> None:
+        brokers = _brokers(tmp_path)
+        for b in brokers:
+            await b.start()
+            b.ctx.topics.create_or_update(TopicConfig(TOPIC, 4, 4))
+        clients = [RemotingClient(name=f"c{i}") for i in range(4)]
+        stopped: set[int] = set()
+        try:
+            groups: list[RaftGroupService] = [b.ctx.services["raft_group"] for b in brokers]  # type: ignore[misc]
+            lds: list[LocalDeliveryService] = [b.ctx.services["local_delivery"] for b in brokers]  # type: ignore[misc]
+
+            def agreed() -> int | None:
+                lead = [i for i, g in enumerate(groups) if g.driver.is_leader]
+                ok = len(lead) == 1 and all(g.driver.leader_id == groups[lead[0]].self_id for g in groups)
+                return lead[0] + 1 if ok else None
+            li = await _until("a leader every member knows", agreed) - 1
+            fi, fj = (li + 1) % 3, (li + 2) % 3
+            # only the follower fi's consumer: it gets the message
+            resp = await clients[fi].invoke(brokers[fi].addr, _pop(poll_ms=50), 5000)
+            assert resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND), resp.remark
+            assert (await brokers[li].ctx.store.put_message(MessageInner(TOPIC, 1, b"m1", {}))).ok
+            resp = await clients[fi].invoke(brokers[fi].addr, _pop(n=1, poll_ms=5000), 8000)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            first = broker_api.decode_messages(resp.body)[0]
+            handle = first.properties[Prop.POP_CK]
+            did, _cid = parse_handle(handle)
+            # batch ack of a local-delivery group is refused (handles are delivery ids)
+            body = b'{"acks":[{"c":"%s","t":"%s","r":0,"so":0,"q":1,"rq":0,"pt":0,"it":0,"b":[0]}]}' % (
+                GROUP.encode(), TOPIC.encode())
+            resp = await clients[3].invoke(brokers[li].addr, RemotingCommand.request(
+                RequestCode.BATCH_ACK_MESSAGE, {}, body), 5000)
+            assert resp.code == ResponseCode.SYSTEM_ERROR and "local delivery" in (resp.remark or "")
+            # invisible time shortened through the leader: the same delivery id, then it expires and comes back
+            resp = await clients[3].invoke(brokers[li].addr, _ack(handle, RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+                                                                  invisibleTime="300"), 5000)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            assert resp.ext_fields["reviveQid"] == str(did)
+            resp = await clients[fi].invoke(brokers[fi].addr, _pop(n=1, poll_ms=5000), 8000)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            again = broker_api.decode_messages(resp.body)[0]
+            assert again.body == b"m1" and again.reconsume_times == 1
+            stale = await clients[3].invoke(brokers[fj].addr, _ack(handle), 5000)
+            assert stale.code == ResponseCode.NO_MESSAGE, stale.remark  # the expired delivery's handle
+            # the member holding it dies (no ConsumerDown from it): the leader sees its match index stand still,
+            # proposes NodeDown, and the message goes to fj's consumer
+            resp = await clients[fj].invoke(brokers[fj].addr, _pop(poll_ms=50), 5000)
+            assert resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND), resp.remark
+            lds[fi]._closed = lambda cid: None  # type: ignore[method-assign]  # as a kill: no ConsumerDown on close
+            await brokers[fi].stop()
+            stopped.add(fi)
+            got = None
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 30
+            while got is None and loop.time() < end:
+                assert (await brokers[li].ctx.store.put_message(MessageInner(TOPIC, 2, b"tick", {}))).ok
+                resp = await clients[fj].invoke(brokers[fj].addr, _pop(n=4, poll_ms=500), 5000)
+                if resp.code == ResponseCode.SUCCESS:
+                    for m in broker_api.decode_messages(resp.body):
+                        a = await clients[fj].invoke(brokers[fj].addr, _ack(m.properties[Prop.POP_CK]), 5000)
+                        assert a.code == ResponseCode.SUCCESS, a.remark
+                        if m.body == b"m1":
+                            got = m
+            assert got is not None and got.reconsume_times == 2
+            m = lds[li].replica.router.machines[f"{TOPIC}@{GROUP}"]
+            assert all(c.node != groups[fi].self_id for c in m.consumers.values())
+        finally:
+            for c in clients:
+                await c.close()
+            for i, b in reversed(list(enumerate(brokers))):
+                if i not in stopped:
+                    await b.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 120))
