@@ -9,12 +9,13 @@ Writers write straight into `buf` then call `mark_written(start, end)` (SimDisk 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import mmap
 import os
 import shutil
-from typing import Protocol
+from typing import Any, Protocol
 
 from orbitmq.base.fsio import atomic_write, fsync_dir, makedirs_durable, read_with_backup
 from orbitmq.store.errors import StoreInUseError
@@ -94,6 +95,24 @@ def _allocate(fd: int, size: int) -> None:
         pos += os.pwrite(fd, chunk[: size - pos], pos)
 
 
+_MADV_POPULATE_WRITE = 23  # Linux 5.14+
+_libc_madvise: Any = None  # libc's madvise, False when unavailable
+
+
+def _madvise_fn() -> Any:
+    """libc's madvise through ctypes (which releases the interpreter lock during the call), or None."""
+    global _libc_madvise
+    if _libc_madvise is None:
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).madvise
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            fn.restype = ctypes.c_int
+            _libc_madvise = fn
+        except (OSError, AttributeError):
+            _libc_madvise = False
+    return _libc_madvise or None
+
+
 class MmapBacking:
     """A pre-sized file mapped read/write; flush is fdatasync of the file (releases the GIL, unlike mmap.flush).
     A new file is allocated (fallocate) before it is mapped, so a full disk is an OSError, never a SIGBUS."""
@@ -127,6 +146,19 @@ class MmapBacking:
 
     def mark_written(self, start: int, end: int) -> None:
         pass
+
+    def prefault(self, length: int) -> None:
+        """Set up the mapping's first `length` bytes for writing now (MADV_POPULATE_WRITE), without the interpreter
+        lock. The first store into a new mapping costs 3-50 ms of kernel work on this project's VMs (once per
+        mapping); the allocation thread pays it instead of the send that rolls into the segment. A no-op where
+        madvise or the advice is not available. The pages are the file's zeros, so nothing changes on disk."""
+        fn = _madvise_fn()
+        if fn is None or self._closed:
+            return
+        anchor = ctypes.c_char.from_buffer(self._mm)  # a buffer export, released right after taking the address
+        addr = ctypes.addressof(anchor)
+        del anchor
+        fn(addr, min(length, self.size), _MADV_POPULATE_WRITE)  # errors (EINVAL on old kernels) are ignored
 
     def write(self, position: int, data: bytes | memoryview) -> None:
         self._mm[position : position + len(data)] = data

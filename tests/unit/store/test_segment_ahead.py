@@ -221,3 +221,19 @@ def test_real_disk_creates_the_next_segment_off_the_event_loop(tmp_path) -> None
     s2.load()
     assert _bodies(s2, n) == list(range(n))
     asyncio.run(s2.shutdown())
+
+
+def test_prefault_leaves_the_file_as_it_was_and_a_closed_backing_alone(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    disk = MmapDisk()
+    path = str(tmp_path / "00000000000000000000")
+    b = disk.create(path, 1 << 20)
+    b.prefault(1 << 16)
+    b.prefault(1 << 30)  # clamped to the file
+    assert bytes(b.buf[: 1 << 16]) == bytes(1 << 16)
+    b.buf[0:4] = b"abcd"
+    b.flush(0, 4)
+    b.close()
+    b.prefault(4096)  # no-op once closed
+    with open(path, "rb") as f:
+        assert f.read(8) == b"abcd\0\0\0\0"
+    assert os.path.getsize(path) == 1 << 20
