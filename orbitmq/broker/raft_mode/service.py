@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 from collections.abc import Callable
@@ -18,10 +19,19 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from orbitmq.acl.cluster import cluster_guarded, cluster_signer
-from orbitmq.base.errors import ConfigError, OrbitMQError, RemotingError
+from orbitmq.base.errors import ConfigError, OrbitMQError, ProtocolError, RemotingError
 from orbitmq.base.fsio import atomic_write
+from orbitmq.broker.handlers.admin import SLAVE_REMARK, validate_group_config
+from orbitmq.broker.handlers.admin import handlers as admin_handlers
+from orbitmq.broker.metadata import SubscriptionGroupConfig
+from orbitmq.broker.metadata.topics import validate_topic_name
 from orbitmq.broker.raft_mode.codec import (
+    GROUP_CONFIG,
+    GROUP_DELETE,
+    METADATA_PART,
+    OFFSET_DELTA,
     OFFSETS,
+    TOPIC_DELETE,
     TOPICS,
     check_command_type,
     decode_checkpoint,
@@ -37,7 +47,7 @@ from orbitmq.broker.raft_mode.state_machine import (
 )
 from orbitmq.broker.raft_mode.store_proxy import RaftStore
 from orbitmq.model.topic import TopicConfig
-from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_bool, ext_str, fastjson
 from orbitmq.raft import (
     NotLeaderError,
     RaftConfig,
@@ -63,7 +73,9 @@ TICK_MS = 50
 ELECTION_TICKS = 10  # 0.5-1 s randomized election timeout; heartbeats every tick
 PROPOSE_TIMEOUT_MS = 5_000
 ADOPT_EVERY_S = 0.5
-OFFSETS_EVERY_S = 1.0  # the leader proposes its consumer offset table this often when it changed
+TOPICS_EVERY_S = 1.0  # the leader proposes its topic configs this often when they changed (and at once on admin)
+OFFSETS_EVERY_S = 0.1  # the leader proposes the consumer offsets that changed this often (OFFSET_DELTA)
+TOMBSTONES_MAX = 10_000  # deleted topic names kept for the group snapshot
 FETCH_CHUNK = 1024 * 1024  # CommitLog bytes per ORBIT_RAFT_GROUP_READ_LOG answer
 
 def group_peers(spec: str) -> dict[str, str]:
@@ -123,9 +135,17 @@ class RaftGroupService:
         self.sm.on_behind = self._on_behind
         self.sm.register_command(OFFSETS, self._apply_offsets, internal=True)
         self.sm.register_command(TOPICS, self._apply_topics, internal=True)
+        self.sm.register_command(TOPIC_DELETE, self._apply_topic_delete, internal=True)
+        self.sm.register_command(GROUP_CONFIG, self._apply_group_config, internal=True)
+        self.sm.register_command(GROUP_DELETE, self._apply_group_delete, internal=True)
+        self.sm.register_command(OFFSET_DELTA, self._apply_offset_delta, internal=True)
+        self.sm.register_snapshot_part(METADATA_PART, self._snapshot_metadata, self._restore_metadata)
         self._topics_sent: dict[str, TopicConfig] = {}
         self._offsets_sent: dict[str, dict[int, int]] = {}
+        self._tombstones: dict[str, None] = {}  # deleted topics (insertion order), for the snapshot part
+        self._started = False  # a snapshot restored after start was installed from the leader
         self.offsets_applied = 0
+        self.offset_deltas = 0  # OFFSET_DELTA entries proposed here
         self._checkpoint_written = (0, 0)
         self.role_changes = 0
         self.topics_adopted = 0
@@ -218,7 +238,69 @@ class RaftGroupService:
 
     # ---- lifecycle --------------------------------------------------------------------------------------------
     def handlers(self) -> dict[int, Callable[..., Any]]:
-        return {}
+        """Admin metadata changes go through the Raft log: topic deletion and subscription-group create/update/
+        delete become commands applied on every member (the answer waits for the commit and the leader's own
+        apply); a topic create/update is answered once the leader's topic table is proposed."""
+        create_topic = admin_handlers(self.ctx)[int(RequestCode.UPDATE_AND_CREATE_TOPIC)]
+
+        async def update_and_create_topic(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+            resp = create_topic(conn, cmd)
+            if inspect.isawaitable(resp):
+                resp = await resp
+            if resp.code == ResponseCode.SUCCESS and self.driver.is_leader:
+                self._tombstones.pop(ext_str(cmd.ext_fields, "topic"), None)
+                await self._propose_topics()  # not confirmed: the next round retries, the answer stays SUCCESS
+            return resp
+
+        return {RequestCode.UPDATE_AND_CREATE_TOPIC: update_and_create_topic,
+                RequestCode.DELETE_TOPIC_IN_BROKER: self._admin_delete_topic,
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self._admin_update_group,
+                RequestCode.DELETE_SUBSCRIPTIONGROUP: self._admin_delete_group}
+
+    async def _admin_delete_topic(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        if not self.driver.is_leader:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, SLAVE_REMARK)
+        topic = ext_str(cmd.ext_fields, "topic")
+        err = validate_topic_name(topic)
+        if err:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, err)
+        if self.ctx.topics.is_system_topic(topic):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+        return await self._replicate(cmd, TOPIC_DELETE, {"topic": topic}, self.ctx.topics)
+
+    async def _admin_update_group(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        if not self.driver.is_leader:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, SLAVE_REMARK)
+        if not cmd.body:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "request body (SubscriptionGroupConfig JSON) is empty")
+        try:
+            cfg = SubscriptionGroupConfig.from_json_obj(fastjson.loads(cmd.body))
+        except (ProtocolError, ValueError, TypeError) as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad SubscriptionGroupConfig body: {e}")
+        err = validate_group_config(cfg)
+        if err:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, err)
+        return await self._replicate(cmd, GROUP_CONFIG, cfg.to_json_obj(), self.ctx.groups)
+
+    async def _admin_delete_group(self, conn: Any, cmd: RemotingCommand) -> RemotingCommand:
+        if not self.driver.is_leader:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, SLAVE_REMARK)
+        body = {"group": ext_str(cmd.ext_fields, "groupName"),
+                "removeOffset": ext_bool(cmd.ext_fields, "removeOffset", False)}
+        return await self._replicate(cmd, GROUP_DELETE, body, self.ctx.groups)
+
+    async def _replicate(self, cmd: RemotingCommand, entry_type: int, body: object, table: Any) -> RemotingCommand:
+        """Propose an admin change; SUCCESS once committed, applied here and the table written to disk."""
+        try:
+            await self.driver.propose(bytes((entry_type,)) + orjson.dumps(body), PROPOSE_TIMEOUT_MS)
+        except NotLeaderError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"{SLAVE_REMARK} (Raft group {self.group}: this member "
+                                f"lost the leadership to {e.leader_id or 'an unknown member'})")
+        except TimeoutError:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"Raft group {self.group}: the change was not committed "
+                                f"within {PROPOSE_TIMEOUT_MS} ms (it may still be applied)")
+        answer = table.answer_when_written(cmd.response())
+        return await answer if inspect.isawaitable(answer) else answer
 
     async def start(self) -> None:
         store = self.real_store
@@ -240,18 +322,23 @@ class RaftGroupService:
                  self.peers[self.self_id], ", ".join(f"{k}={v}" for k, v in self.peers.items()))
 
     async def run(self) -> None:
-        """Topic configs are not in the Raft log: a member that holds queues of a topic it has no config for (the
-        topic was created on another leader) adopts the topic, so it serves reads and registers it."""
-        last_offsets = 0.0
+        """Every 0.1 s the leader proposes the consumer offsets that changed; every 0.5 s a member that holds
+        queues of a topic it has no config for (created on another leader, not yet in a TOPICS entry) adopts the
+        topic, and the applied checkpoint is written; every second the leader proposes its changed topic table."""
+        self._started = True
         loop = asyncio.get_running_loop()
+        last_adopt = last_topics = loop.time()
         while True:
-            await asyncio.sleep(ADOPT_EVERY_S)
-            self.adopt_topics()
-            await self._write_checkpoint()
-            if loop.time() - last_offsets >= OFFSETS_EVERY_S:
-                last_offsets = loop.time()
+            await asyncio.sleep(OFFSETS_EVERY_S)
+            await self._propose_offsets()
+            now = loop.time()
+            if now - last_adopt >= ADOPT_EVERY_S:
+                last_adopt = now
+                self.adopt_topics()
+                await self._write_checkpoint()
+            if now - last_topics >= TOPICS_EVERY_S:
+                last_topics = now
                 await self._propose_topics()
-                await self._propose_offsets()
 
     # ---- applied checkpoint -------------------------------------------------------------------------------------
     def _checkpoint_path(self) -> str:
@@ -295,11 +382,13 @@ class RaftGroupService:
 
     def _apply_topics(self, index: int, payload: bytes) -> None:
         """Followers take the leader's topic configs (queue counts, permissions, order); system topics stay each
-        member's own. Deletions are not replicated (known gap: a deleted topic stays on the followers)."""
+        member's own. Deletions are TOPIC_DELETE commands; a topic in the table is no longer a deleted one."""
+        leader = {tc.topic_name: tc for tc in (TopicConfig.from_json_obj(o) for o in orjson.loads(payload))}
+        for name in leader:
+            self._tombstones.pop(name, None)
         if self.driver.is_leader:
             return
         topics = self.ctx.topics
-        leader = {tc.topic_name: tc for tc in (TopicConfig.from_json_obj(o) for o in orjson.loads(payload))}
         changed = False
         for name, tc in leader.items():
             if topics.get(name) != tc:
@@ -310,29 +399,130 @@ class RaftGroupService:
                 topics.persist()
             self.ctx.request_register()
 
-    # ---- consumer offsets: the leader's table goes through the log, followers adopt it ---------------------------
+    # ---- admin metadata commands: applied on every member, the leader included ----------------------------------
+    def _apply_topic_delete(self, index: int, payload: bytes) -> None:
+        """The topic's config, its consumer offsets and its queues (ConsumeQueue files) go on every member. An
+        entry at or below the applied checkpoint applied again at start leaves the store alone: its queues are as
+        the checkpoint's CommitLog prefix left them (messages of a later re-creation included)."""
+        topic = str(orjson.loads(payload)["topic"])
+        ctx = self.ctx
+        existed = ctx.topics.delete(topic)
+        ctx.offsets.remove_topic(topic)
+        if not self.sm.store_covers(index):
+            self.real_store.delete_topics({topic})
+        self._topics_sent.pop(topic, None)
+        self._tombstones.pop(topic, None)
+        self._tombstones[topic] = None
+        while len(self._tombstones) > TOMBSTONES_MAX:
+            self._tombstones.pop(next(iter(self._tombstones)))
+        if existed:
+            ctx.request_register()
+
+    def _apply_group_config(self, index: int, payload: bytes) -> None:
+        cfg = SubscriptionGroupConfig.from_json_obj(orjson.loads(payload))
+        if self.ctx.groups.get(cfg.group_name) != cfg:
+            self.ctx.groups.update(cfg)
+
+    def _apply_group_delete(self, index: int, payload: bytes) -> None:
+        body = orjson.loads(payload)
+        group = str(body["group"])
+        self.ctx.groups.delete(group)
+        if body.get("removeOffset"):
+            self.ctx.offsets.remove_group(group)
+
+    # ---- consumer offsets: the leader's changes go through the log every 0.1 s -----------------------------------
     async def _propose_offsets(self) -> None:
+        """The entries that changed since the last round (and the keys removed) as one OFFSET_DELTA entry."""
         if not self.driver.is_leader:
             return
         table = self.ctx.offsets.table()
-        if table == self._offsets_sent:
+        sent = self._offsets_sent
+        changed: dict[str, dict[str, int]] = {}
+        for key, queues in table.items():
+            before = sent.get(key, {})
+            diff = {str(q): o for q, o in queues.items() if before.get(q) != o}
+            if diff:
+                changed[key] = diff
+        gone = [key for key in sent if key not in table]
+        if not changed and not gone:
             return
-        payload = orjson.dumps({k: {str(q): o for q, o in v.items()} for k, v in table.items()})
+        payload = orjson.dumps({"by": self.self_id, "term": self.driver.term, "offsets": changed, "gone": gone})
         try:
-            await self.driver.propose(bytes((OFFSETS,)) + payload, PROPOSE_TIMEOUT_MS)
+            await self.driver.propose(bytes((OFFSET_DELTA,)) + payload, PROPOSE_TIMEOUT_MS)
         except (NotLeaderError, TimeoutError) as e:
             log.info("raft group %s: consumer offsets not replicated this round: %s", self.group, e)
             return
         self._offsets_sent = table
+        self.offset_deltas += 1
+
+    def _apply_offset_delta(self, index: int, payload: bytes) -> None:
+        """Every member but the leader that proposed it in its current term (its table holds these values or
+        newer commits) takes the changed offsets and drops the removed keys."""
+        body = orjson.loads(payload)
+        if self.driver.is_leader and body.get("by") == self.self_id and body.get("term") == self.driver.term:
+            return
+        offsets = self.ctx.offsets
+        for key in body.get("gone", ()):
+            topic, _, group = str(key).partition("@")
+            offsets.remove(group, topic)
+        for key, queues in body.get("offsets", {}).items():
+            for q, o in queues.items():
+                offsets.publish(str(key), int(q), int(o))
+        self.offsets_applied += 1
 
     def _apply_offsets(self, index: int, payload: bytes) -> None:
-        """Followers take the leader's table as it stands (the leader is where consumers commit); the leader that
-        proposed it has it already."""
+        """(OFFSETS entries of earlier versions, which proposed the whole table once a second.) Followers take the
+        leader's table as it stands; the leader that proposed it has it already."""
         if self.driver.is_leader:
             return
         raw = orjson.loads(payload)
         self.ctx.offsets.replace_all({k: {int(q): int(o) for q, o in v.items()} for k, v in raw.items()})
         self.offsets_applied += 1
+
+    # ---- metadata in the group snapshot --------------------------------------------------------------------------
+    def _snapshot_metadata(self) -> bytes:
+        topics, groups = self.ctx.topics, self.ctx.groups
+        return orjson.dumps({
+            "topics": [tc.to_json_obj() for n, tc in topics.all().items() if not topics.is_system_topic(n)],
+            "groups": [cfg.to_json_obj() for cfg in groups.all().values()],
+            "offsets": {k: {str(q): o for q, o in v.items()} for k, v in self.ctx.offsets.table().items()},
+            "deleted": list(self._tombstones)})
+
+    def _restore_metadata(self, data: bytes) -> None:
+        """This member's own snapshot at start: its configs are taken over what its files hold (the entries after
+        the snapshot are applied again next) and its offsets replace the table. A snapshot installed from the
+        leader (this member was behind its compaction) replaces topic and group configs too: what the leader no
+        longer has was deleted; the queues of deleted topics go once the CommitLog transfer has finished."""
+        body = orjson.loads(data)
+        ctx = self.ctx
+        topics, groups = ctx.topics, ctx.groups
+        snap_topics = {tc.topic_name: tc for tc in (TopicConfig.from_json_obj(o) for o in body.get("topics", ()))}
+        snap_groups = {c.group_name: c for c in
+                       (SubscriptionGroupConfig.from_json_obj(o) for o in body.get("groups", ()))}
+        for name, tc in snap_topics.items():
+            if topics.get(name) != tc:
+                topics.create_or_update(tc)
+        for name, cfg in snap_groups.items():
+            if groups.get(name) != cfg:
+                groups.update(cfg)
+        if self._started:
+            for name in [n for n in topics.all() if not topics.is_system_topic(n) and n not in snap_topics]:
+                topics.delete(name)
+            for name in [n for n in groups.all() if n not in snap_groups]:
+                groups.delete(name)
+        self._tombstones = dict.fromkeys(str(t) for t in body.get("deleted", ()))
+        offsets = body.get("offsets", {})
+        ctx.offsets.replace_all({k: {int(q): int(o) for q, o in v.items()} for k, v in offsets.items()})
+        self._offsets_sent = ctx.offsets.table()
+        ctx.request_register()
+
+    def _drop_deleted_queues(self) -> None:
+        """After a CommitLog transfer: the fetched records re-created the queues of topics deleted since."""
+        gone = {t for t in self._tombstones if t not in self.ctx.topics}
+        if gone:
+            self.real_store.delete_topics(gone)
+            log.info("raft group %s: queues of deleted topics %s dropped after the transfer", self.group,
+                     ", ".join(sorted(gone)))
 
     def adopt_topics(self) -> None:
         adopted = self.ctx.topics.adopt_topics_with_data(self.real_store.cq_table.queue_max_offsets())
@@ -396,6 +586,7 @@ class RaftGroupService:
                 have = self.real_store.max_phys_offset
                 if have >= target:
                     self.sm.caught_up()
+                    self._drop_deleted_queues()
                     self.adopt_topics()
                     break
                 leader = self.driver.leader_id
@@ -428,6 +619,7 @@ class RaftGroupService:
         dv = ctx.topics.data_version
         if role == Role.LEADER:
             self.adopt_topics()
+            self._offsets_sent = ctx.offsets.table()  # what the log gave this member; later commits go as deltas
             ctx.set_role("SYNC_MASTER", 0)
         else:
             ctx.set_role("SLAVE", self.follower_id)

@@ -174,6 +174,11 @@ class GroupStateMachine:
         else:
             self.behind = None
 
+    def store_covers(self, index: int) -> bool:
+        """The store already reflects the entry at `index`: at start, entries up to the applied checkpoint are
+        applied again, but their MESSAGES are in the CommitLog and their store effects happened before."""
+        return index <= self._skip_until
+
     def caught_up(self) -> None:
         """The CommitLog reached the snapshot's end (fetched from the leader): store the entries held meanwhile."""
         if self.behind is None:

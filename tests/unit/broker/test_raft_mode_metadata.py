@@ -1,0 +1,220 @@
+"""Raft broker groups replicate admin metadata (issue 14, docs/design/raft-group.md "Metadata"): three in-process
+brokers with enableDLegerCommitLog in one event loop. Topic deletion and subscription-group create/update/delete
+go through the leader's admin handlers as Raft commands applied on every member (the store's queues of a deleted
+topic go too, so adoption from data cannot bring it back); consumer offsets follow as OFFSET_DELTA entries within
+a few hundred ms; a member restarted after snapshots, and one that was down meanwhile, hold the same metadata."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from orbitmq.broker import Broker, BrokerConfig
+from orbitmq.broker.raft_mode.codec import METADATA_PART, OFFSET_DELTA, decode_snapshot
+from orbitmq.broker.raft_mode.service import OFFSETS_EVERY_S, RaftGroupService
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from orbitmq.store import StoreConfig
+from orbitmq.store.results import MessageInner
+from orbitmq.testing.procs import free_port
+
+IDS = ["n0", "n1", "n2"]
+
+
+def _broker(tmp_path: Path, peers: str, node: str) -> Broker:
+    store = StoreConfig(str(tmp_path / node / "store"), mapped_file_size_commitlog=4 * 1024 * 1024,
+                        mapped_file_size_consume_queue=1000 * 20, max_message_size=64 * 1024)
+    cfg = BrokerConfig(broker_ip1="127.0.0.1", listen_port=0, broker_name="raft-m", broker_role="SLAVE",
+                       broker_id=1, enable_dleger_commit_log=True, dleger_peers=peers, dleger_self_id=node,
+                       raft_snapshot_every=8)
+    return Broker(cfg, store)
+
+
+async def _until(what: str, check: Any, timeout_s: float = 20.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        got = check()
+        if got:
+            return got
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _queue_topics(svc: RaftGroupService) -> set[str]:
+    return {topic for topic, _ in svc.real_store.cq_table.queue_max_offsets()}
+
+
+def _svc(b: Broker) -> RaftGroupService:
+    return b.ctx.services["raft_group"]  # type: ignore[return-value]
+
+
+async def _call(svc: RaftGroupService, code: int, ext: dict[str, str], body: bytes | None = None) -> RemotingCommand:
+    handler = svc.handlers()[code]
+    out = handler(None, RemotingCommand.request(code, ext, body))
+    return await out if asyncio.iscoroutine(out) else out
+
+
+def _group_body(name: str, retry_max: int) -> bytes:
+    return orjson.dumps({"groupName": name, "consumeEnable": True, "consumeFromMinEnable": True,
+                         "consumeBroadcastEnable": False, "retryQueueNums": 1, "retryMaxTimes": retry_max,
+                         "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1, "notifyConsumerIdsChangedEnable": True})
+
+
+def test_admin_metadata_and_offsets_replicate_through_the_log(tmp_path: Path) -> None:
+    async def main() -> None:
+        peers = ";".join(f"{i}-127.0.0.1:{free_port()}" for i in IDS)
+        brokers = {i: _broker(tmp_path, peers, i) for i in IDS}
+        for b in brokers.values():
+            await b.start()
+        try:
+            def agreed() -> RaftGroupService | None:
+                svcs = [_svc(b) for b in brokers.values()]
+                lead = next((s for s in svcs if s.driver.is_leader), None)
+                return lead if lead is not None and {s.driver.leader_id for s in svcs} == {lead.self_id} else None
+
+            leader = await _until("a leader every member knows", agreed)
+            followers = [_svc(b) for i, b in brokers.items() if i != leader.self_id]
+            every = [leader, *followers]
+
+            # a follower refuses admin changes as a RocketMQ slave does
+            refused = await _call(followers[0], RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TopicA"})
+            assert refused.code == ResponseCode.SYSTEM_ERROR and "slave" in (refused.remark or "")
+
+            resp = await _call(leader, RequestCode.UPDATE_AND_CREATE_TOPIC, {
+                "topic": "TopicA", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"})
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            await _until("TopicA on every member", lambda: all(s.ctx.topics.get("TopicA") for s in every), 5)
+            for q in range(2):
+                put = await leader.ctx.store.put_message(MessageInner("TopicA", q, b"x", {}))
+                assert put.ok, put
+            resp = await _call(leader, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, _group_body("GroupA", 5))
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            # applied on the leader before the answer, on the followers at their apply of the same entry
+            assert leader.ctx.groups.get("GroupA").retry_max_times == 5  # type: ignore[union-attr]
+            await _until("GroupA on every member", lambda: all(
+                (g := s.ctx.groups.get("GroupA")) is not None and g.retry_max_times == 5 for s in every), 5)
+            resp = await _call(leader, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, _group_body("GroupA", 9))
+            assert resp.code == ResponseCode.SUCCESS
+            await _until("GroupA updated on every member", lambda: all(
+                s.ctx.groups.get("GroupA").retry_max_times == 9 for s in every), 5)  # type: ignore[union-attr]
+
+            # consumer offsets committed on the leader reach the followers within a few delta rounds
+            committed = time.monotonic()
+            leader.ctx.offsets.commit("GroupA", "TopicA", 0, 1)
+            leader.ctx.offsets.commit("GroupA", "TopicA", 1, 1)
+            await _until("the offsets on every follower", lambda: all(
+                s.ctx.offsets.query("GroupA", "TopicA", 1) == 1 for s in followers), 5)
+            lag = time.monotonic() - committed
+            assert lag < 10 * OFFSETS_EVERY_S, f"offsets reached the followers after {lag:.2f} s"
+            assert leader.offset_deltas >= 1
+
+            # a topic deletion removes config, offsets and queues everywhere; adoption cannot bring it back
+            await _until("TopicA's queues on every member", lambda: all("TopicA" in _queue_topics(s) for s in every))
+            resp = await _call(leader, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TopicA"})
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            await _until("TopicA gone everywhere", lambda: all("TopicA" not in s.ctx.topics for s in every), 5)
+            for s in every:
+                s.adopt_topics()
+                assert "TopicA" not in s.ctx.topics, s.self_id
+                assert "TopicA" not in _queue_topics(s), s.self_id
+                assert s.ctx.offsets.query("GroupA", "TopicA", 0) == -1
+
+            # a group deletion with removeOffset
+            leader.ctx.offsets.commit("GroupB", "TopicB", 0, 3)
+            await _until("GroupB offsets on the followers", lambda: all(
+                s.ctx.offsets.query("GroupB", "TopicB", 0) == 3 for s in followers), 5)
+            resp = await _call(leader, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, _group_body("GroupB", 2))
+            assert resp.code == ResponseCode.SUCCESS
+            resp = await _call(leader, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                               {"groupName": "GroupB", "removeOffset": "true"})
+            assert resp.code == ResponseCode.SUCCESS
+            await _until("GroupB gone everywhere", lambda: all(
+                s.ctx.groups.get("GroupB") is None and s.ctx.offsets.query("GroupB", "TopicB", 0) == -1
+                for s in every), 5)
+
+            # the group snapshot carries the metadata
+            _, _, parts = decode_snapshot(leader.sm.snapshot())
+            meta = orjson.loads(parts[METADATA_PART])
+            assert "TopicA" in meta["deleted"] and not any(t["topicName"] == "TopicA" for t in meta["topics"])
+            assert any(g["groupName"] == "GroupA" for g in meta["groups"])
+
+            # a follower goes down; meanwhile the leader changes metadata and compacts its log several times
+            down = followers[1]
+            resp = await _call(leader, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, _group_body("GroupD", 3))
+            assert resp.code == ResponseCode.SUCCESS
+            assert (await leader.ctx.store.put_message(MessageInner("TopicF", 0, b"f", {}))).ok
+            await _until("GroupD and TopicF on the member going down", lambda: down.ctx.groups.get("GroupD")
+                         is not None and down.adopt_topics() is None and "TopicF" in down.ctx.topics, 5)
+            await brokers[down.self_id].stop()
+            assert "TopicF" in _queue_topics(leader)
+            for code, ext in ((RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "GroupD"}),
+                              (RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TopicF"})):
+                assert (await _call(leader, code, ext)).code == ResponseCode.SUCCESS
+            resp = await _call(leader, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, _group_body("GroupC", 4))
+            assert resp.code == ResponseCode.SUCCESS
+            resp = await _call(leader, RequestCode.UPDATE_AND_CREATE_TOPIC, {
+                "topic": "TopicC", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"})
+            assert resp.code == ResponseCode.SUCCESS
+            for n in range(20):  # > 2 * raftSnapshotEvery entries: the member comes back behind the compaction
+                assert (await leader.ctx.store.put_message(MessageInner("TopicC", 0, b"c%d" % n, {}))).ok
+            resp = await _call(leader, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TopicC"})
+            assert resp.code == ResponseCode.SUCCESS
+            leader.ctx.offsets.commit("GroupA", "TopicD", 0, 42)
+            await _until("the last offset proposed", lambda: leader._offsets_sent.get("TopicD@GroupA") == {0: 42})
+            for n in range(10):
+                assert (await leader.ctx.store.put_message(MessageInner("TopicE", 0, b"e%d" % n, {}))).ok
+            assert leader.driver.status()["snapshot_index"] > 0
+
+            back = _broker(tmp_path, peers, down.self_id)
+            brokers[down.self_id] = back
+            await back.start()
+            svc = _svc(back)
+            await _until("the restarted member caught up", lambda: svc.sm.applied >= leader.sm.applied
+                         and svc.sm.behind is None, 30)
+            assert svc.fetched_bytes > 0  # it came back behind the leader's compaction: snapshot installed
+            assert svc.ctx.groups.get("GroupC") is not None and svc.ctx.groups.get("GroupB") is None
+            assert "TopicC" not in svc.ctx.topics and "TopicA" not in svc.ctx.topics
+            assert svc.ctx.groups.get("GroupD") is None and "TopicF" not in svc.ctx.topics
+            svc.adopt_topics()
+            assert "TopicE" in svc.ctx.topics
+            for gone in ("TopicA", "TopicC", "TopicF"):
+                assert gone not in svc.ctx.topics
+                assert gone not in _queue_topics(svc), gone
+            assert svc.ctx.offsets.query("GroupA", "TopicD", 0) == 42
+            assert svc.ctx.offsets.query("GroupA", "TopicA", 0) == -1
+        finally:
+            for b in reversed(list(brokers.values())):
+                await b.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+
+
+def test_offset_delta_is_skipped_only_by_the_leader_that_proposed_it(tmp_path: Path) -> None:
+    """Applying the log again (restart) or on a member that became leader later takes every delta; only the
+    proposing leader, in the term it proposed in, keeps its own newer table."""
+    async def main() -> None:
+        peers = f"n0-127.0.0.1:{free_port()}"
+        b = _broker(tmp_path, peers, "n0")
+        await b.start()
+        try:
+            svc = _svc(b)
+            await _until("the single member leads", lambda: svc.driver.is_leader)
+            b.ctx.offsets.commit("G", "T", 0, 10)
+            await _until("the delta proposed", lambda: svc._offsets_sent.get("T@G") == {0: 10})
+            b.ctx.offsets.commit("G", "T", 0, 11)  # newer than the entry: the leader's own delta leaves it
+            payload = orjson.dumps({"by": "n0", "term": svc.driver.term, "offsets": {"T@G": {"0": 10}}, "gone": []})
+            svc._apply_offset_delta(99, payload)
+            assert b.ctx.offsets.query("G", "T", 0) == 11
+            older = orjson.dumps({"by": "n0", "term": svc.driver.term - 1, "offsets": {"T@G": {"0": 7}},
+                                  "gone": ["X@G"]})
+            b.ctx.offsets.commit("G", "X", 0, 1)
+            svc._apply_offset_delta(100, older)  # an earlier leadership's entry (applied late): taken
+            assert b.ctx.offsets.query("G", "T", 0) == 7 and b.ctx.offsets.query("G", "X", 0) == -1
+            assert svc.sm._commands[OFFSET_DELTA] == svc._apply_offset_delta
+        finally:
+            await b.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
