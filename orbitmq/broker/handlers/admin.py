@@ -334,7 +334,10 @@ def _broker_handlers(ctx: BrokerContext) -> dict[int, Handler]:
     config_version = DataVersion()  # BrokerConfig is frozen: its version never moves while we run
 
     def get_broker_runtime_info(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(body=KVTable(runtime_info(ctx, boot_ms)).to_json())
+        table = runtime_info(ctx, boot_ms)
+        for extra in ctx.runtime_extras:  # services' keys (local delivery); ha/controller mode have their own handler
+            table.update(extra())
+        return cmd.response(body=KVTable(table).to_json())
 
     def get_broker_config(conn: Any, cmd: RemotingCommand) -> RemotingCommand:
         props = to_properties(ctx.config, _store_config(ctx.store))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 import secrets
@@ -130,6 +131,7 @@ class LocalDeliveryService:
         group.register_snapshot_part(SNAPSHOT_PART, lambda: self.replica.router.snapshot(), self._restore)
         group.add_role_listener(self._on_role)
         group.add_messages_listener(self._on_messages)
+        ctx.runtime_extras.append(self.runtime)
 
     def serves(self, group_name: str) -> bool:
         return self.groups is None or group_name in self.groups
@@ -541,7 +543,10 @@ class LocalDeliveryService:
                 "localDeliveryQueues": str(len(machines)),
                 "localDeliveryCheckouts": str(sum(len(m.checkouts) for m in machines.values())),
                 "localDeliveryWaiting": str(sum(len(m.ready) + len(m.returns) for m in machines.values())),
-                "localDeliveryDeadLettered": str(self.dead_lettered)}
+                "localDeliveryConsumers": str(sum(len(m.consumers) for m in machines.values())),
+                "localDeliveryDeadLettered": str(self.dead_lettered),
+                "localDeliveryApplied": str(self.group.sm.applied),
+                "localDeliveryDigest": hashlib.blake2b(self.replica.router.snapshot(), digest_size=8).hexdigest()}
 
 
 def create(ctx: BrokerContext, env: ServiceEnv) -> LocalDeliveryService | None:
