@@ -72,9 +72,22 @@ def _valid_prefix(buf: memoryview, size_bytes: int, prev_end: int) -> tuple[int,
     return ok, prev_end
 
 
+_ZERO_CHUNK = bytes(1 << 16)
+
+
 def _nonzero_extent(buf: memoryview, start: int, end: int) -> int:
-    """End of the last non-zero byte in buf[start:end] (start if all zero)."""
-    return start + len(buf[start:end].tobytes().rstrip(b"\x00"))
+    """End of the last non-zero byte in buf[start:end] (start if all zero). Compared backwards in 64 KiB chunks
+    (memcmp) and stripped only in the last non-zero one: bytes.rstrip over a mostly-zero 6 MB segment took 60 ms,
+    twice per queue at every start."""
+    step = len(_ZERO_CHUNK)
+    pos = end
+    while pos > start:
+        lo = max(start, pos - step)
+        chunk = buf[lo:pos].tobytes()
+        if chunk != (_ZERO_CHUNK if pos - lo == step else bytes(pos - lo)):
+            return lo + len(chunk.rstrip(b"\x00"))
+        pos = lo
+    return start
 
 
 class ConsumeQueue:
