@@ -193,6 +193,10 @@ class PullProcessor:
         handed over by the cache for this call), answered through the connection."""
         if getattr(conn, "closed", False):
             return
+        fence = self.ctx.read_fence()  # the role may have changed while the expression compiled
+        if fence is not None:
+            conn.reply(req, req.response(*fence))
+            return
         try:
             response = self.process(conn, req, allow_suspend)
         except Exception as e:
