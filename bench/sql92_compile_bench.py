@@ -1,8 +1,9 @@
 """Worst-case SQL92 compile cost under the default limits (issue 12.2), and memory per cached entry.
 
-The broker compiles on the event loop, once per distinct (group, topic, expression); refusals are cached too. The
-expression length is bounded (filterSqlMaxLength, 4 KiB); this script prints what the slowest expressions that can
-still be compiled cost, and how close the cache's byte estimate is to what an entry really holds.
+The broker compiles once per distinct (group, topic, expression), on its compile thread (the pull waits, the event
+loop does not); refusals are cached too. The expression length is bounded (filterSqlMaxLength, 4 KiB); this script
+prints what the slowest expressions that can still be compiled cost (time the compile thread holds the GIL), and how
+close the cache's byte estimate is to what an entry really holds.
 
     .venv/bin/python bench/sql92_compile_bench.py
 """
