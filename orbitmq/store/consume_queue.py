@@ -8,7 +8,11 @@ handed a callable). All file I/O goes through the injected Disk. Why the rules: 
 from __future__ import annotations
 
 import os
+import sys
+from array import array
 from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
+from operator import add, lt
 
 from orbitmq.base import marks
 from orbitmq.base.errors import ConfigError, CorruptionError
@@ -55,11 +59,36 @@ def _segment_looks_valid(buf: memoryview, size_bytes: int) -> bool:
     return b"\x00" not in ored.to_bytes(count, "big")  # an entry whose 4 size bytes are all zero
 
 
+def _columns(data: bytes, count: int) -> tuple[array[int], array[int]]:
+    """The phys offset (8 bytes) and size (4 bytes) columns of `count` big-endian entries, as arrays: bytes
+    gathered with strided slices (C speed), not unpacked entry by entry."""
+    phys_b = bytearray(8 * count)
+    for j in range(8):
+        phys_b[j::8] = data[j::_E]
+    size_b = bytearray(4 * count)
+    for j in range(4):
+        size_b[j::4] = data[8 + j::_E]
+    phys, sizes = array("q"), array("i")
+    phys.frombytes(phys_b)
+    sizes.frombytes(size_b)
+    if sys.byteorder == "little":
+        phys.byteswap()
+        sizes.byteswap()
+    return phys, sizes
+
+
 def _valid_prefix(buf: memoryview, size_bytes: int, prev_end: int) -> tuple[int, int]:
     """(bytes of valid entries at the start of buf, phys end of the last real one). Valid: phys >= 0, size > 0,
     and phys + size beyond the previous real entry's (a stale entry from before a crash fails that)."""
     limit = _nonzero_extent(buf, 0, size_bytes)
     limit = min(size_bytes, limit + (-limit) % _E)  # all-zero entries after it are invalid anyway
+    count = limit // _E
+    if count:  # the usual case, every entry valid and no filler, checked by columns (C-speed maps)
+        phys, sizes = _columns(buf[:limit].tobytes(), count)
+        if min(phys) >= 0 and min(sizes) > 0 and FILLER_SIZE not in sizes:
+            ends = list(map(add, phys, sizes))
+            if ends[0] > prev_end and all(map(lt, ends, islice(ends, 1, None))):
+                return limit, ends[-1]
     ok = 0
     for phys, size, _tags in _iter_unpack(buf[:limit]):
         if phys < 0 or size <= 0:

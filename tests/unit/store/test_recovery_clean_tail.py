@@ -190,3 +190,56 @@ def test_consume_queue_nonzero_extent_matches_rstrip() -> None:
         end = rnd.randint(start, n)
         want = start + len(bytes(b[start:end]).rstrip(b"\x00"))
         assert _nonzero_extent(memoryview(b), start, end) == want, (n, start, end)
+
+
+def _valid_prefix_reference(buf: bytes, size_bytes: int, prev_end: int) -> tuple[int, int]:
+    """The entry-by-entry definition of ConsumeQueue recovery's valid prefix."""
+    from orbitmq.store.consume_queue import FILLER_SIZE
+    from orbitmq.store.layout import CQ_ENTRY
+
+    ok = 0
+    for phys, size, _tags in CQ_ENTRY.iter_unpack(buf[: size_bytes - size_bytes % 20]):
+        if phys < 0 or size <= 0:
+            break
+        if size != FILLER_SIZE:
+            if phys + size <= prev_end:
+                break
+            prev_end = phys + size
+        ok += 20
+    return ok, prev_end
+
+
+def test_consume_queue_valid_prefix_matches_the_entry_by_entry_definition() -> None:
+    """The column (fast) path of _valid_prefix and its entry loop agree with the definition: valid runs, fillers,
+    a stale (non-increasing) entry, a negative offset, a zero size, a torn tail, an earlier prev_end."""
+    import random
+
+    from orbitmq.store.consume_queue import FILLER_SIZE, _valid_prefix
+    from orbitmq.store.layout import CQ_ENTRY
+
+    rnd = random.Random(1616)
+    for _ in range(400):
+        n = rnd.randint(0, 120)
+        seg = 20 * (n + rnd.randint(0, 5))
+        buf = bytearray(seg)
+        phys = rnd.randint(0, 1000)
+        for i in range(n):
+            size = rnd.randint(1, 300)
+            CQ_ENTRY.pack_into(buf, 20 * i, phys, size, rnd.randint(-5, 5))
+            phys += size + rnd.randint(0, 50)
+        what = rnd.randint(0, 6)
+        if n and what == 1:
+            CQ_ENTRY.pack_into(buf, 20 * rnd.randrange(n), 0, FILLER_SIZE, 0)
+        elif n > 1 and what == 2:
+            i = rnd.randrange(1, n)
+            CQ_ENTRY.pack_into(buf, 20 * i, 0, 10, 0)  # stale: ends before the previous entry
+        elif n and what == 3:
+            CQ_ENTRY.pack_into(buf, 20 * rnd.randrange(n), -1, 10, 0)
+        elif n and what == 4:
+            CQ_ENTRY.pack_into(buf, 20 * rnd.randrange(n), 5, 0, 0)
+        elif n and what == 5:
+            i = rnd.randrange(n)
+            buf[20 * i + rnd.randrange(20)] = 0  # a torn byte
+        prev_end = rnd.choice([-1, 0, phys // 2, phys + 1])
+        want = _valid_prefix_reference(bytes(buf), seg, prev_end)
+        assert _valid_prefix(memoryview(buf), seg, prev_end) == want, (n, what, prev_end)
