@@ -61,6 +61,7 @@ class ConsumerOffsetManager:
         self._io_lock = threading.Lock()
         self._gate: Callable[[str, int, int], None] | None = None
         self._pending: dict[tuple[str, int], int] = {}  # gated: ("topic@group", queueId) -> latest unpublished
+        self.on_commit: Callable[[str, int, int], None] | None = None  # ("topic@group", queueId, offset) per commit
 
     @property
     def path(self) -> str:
@@ -78,6 +79,8 @@ class ConsumerOffsetManager:
     # ---- hot path --------------------------------------------------------------------------------------
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = topic + SEPARATOR + group
+        if self.on_commit is not None:
+            self.on_commit(key, queue_id, offset)
         if self._gate is not None:
             self._commit_gated(key, queue_id, offset)
             return

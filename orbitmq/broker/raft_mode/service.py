@@ -74,7 +74,7 @@ ELECTION_TICKS = 10  # 0.5-1 s randomized election timeout; heartbeats every tic
 PROPOSE_TIMEOUT_MS = 5_000
 ADOPT_EVERY_S = 0.5
 TOPICS_EVERY_S = 1.0  # the leader proposes its topic configs this often when they changed (and at once on admin)
-OFFSETS_EVERY_S = 0.1  # the leader proposes the consumer offsets that changed this often (OFFSET_DELTA)
+OFFSETS_EVERY_S = 0.05  # the leader proposes the consumer offsets committed since the last round this often
 TOMBSTONES_MAX = 10_000  # deleted topic names kept for the group snapshot
 FETCH_CHUNK = 1024 * 1024  # CommitLog bytes per ORBIT_RAFT_GROUP_READ_LOG answer
 
@@ -141,7 +141,8 @@ class RaftGroupService:
         self.sm.register_command(OFFSET_DELTA, self._apply_offset_delta, internal=True)
         self.sm.register_snapshot_part(METADATA_PART, self._snapshot_metadata, self._restore_metadata)
         self._topics_sent: dict[str, TopicConfig] = {}
-        self._offsets_sent: dict[str, dict[int, int]] = {}
+        self._offset_changes: dict[tuple[str, int], int] = {}  # leader: commits not proposed yet
+        ctx.offsets.on_commit = self._on_offset_commit
         self._tombstones: dict[str, None] = {}  # deleted topics (insertion order), for the snapshot part
         self._started = False  # a snapshot restored after start was installed from the leader
         self.offsets_applied = 0
@@ -322,7 +323,7 @@ class RaftGroupService:
                  self.peers[self.self_id], ", ".join(f"{k}={v}" for k, v in self.peers.items()))
 
     async def run(self) -> None:
-        """Every 0.1 s the leader proposes the consumer offsets that changed; every 0.5 s a member that holds
+        """Every 0.05 s the leader proposes the consumer offsets committed meanwhile; every 0.5 s a member that holds
         queues of a topic it has no config for (created on another leader, not yet in a TOPICS entry) adopts the
         topic, and the applied checkpoint is written; every second the leader proposes its changed topic table."""
         self._started = True
@@ -430,41 +431,36 @@ class RaftGroupService:
         if body.get("removeOffset"):
             self.ctx.offsets.remove_group(group)
 
-    # ---- consumer offsets: the leader's changes go through the log every 0.1 s -----------------------------------
+    # ---- consumer offsets: the leader's commits go through the log every OFFSETS_EVERY_S --------------------------
+    def _on_offset_commit(self, key: str, queue_id: int, offset: int) -> None:
+        if self.driver.is_leader:
+            self._offset_changes[(key, queue_id)] = offset
+
     async def _propose_offsets(self) -> None:
-        """The entries that changed since the last round (and the keys removed) as one OFFSET_DELTA entry."""
-        if not self.driver.is_leader:
+        """The commits made here since the last round (latest value per queue) as one OFFSET_DELTA entry."""
+        if not self.driver.is_leader or not self._offset_changes:
             return
-        table = self.ctx.offsets.table()
-        sent = self._offsets_sent
-        changed: dict[str, dict[str, int]] = {}
-        for key, queues in table.items():
-            before = sent.get(key, {})
-            diff = {str(q): o for q, o in queues.items() if before.get(q) != o}
-            if diff:
-                changed[key] = diff
-        gone = [key for key in sent if key not in table]
-        if not changed and not gone:
-            return
-        payload = orjson.dumps({"by": self.self_id, "term": self.driver.term, "offsets": changed, "gone": gone})
+        changes, self._offset_changes = self._offset_changes, {}
+        table: dict[str, dict[str, int]] = {}
+        for (key, queue_id), offset in changes.items():
+            table.setdefault(key, {})[str(queue_id)] = offset
+        payload = orjson.dumps({"by": self.self_id, "term": self.driver.term, "offsets": table})
         try:
             await self.driver.propose(bytes((OFFSET_DELTA,)) + payload, PROPOSE_TIMEOUT_MS)
         except (NotLeaderError, TimeoutError) as e:
             log.info("raft group %s: consumer offsets not replicated this round: %s", self.group, e)
+            for slot, offset in changes.items():  # again next round, unless a newer commit came meanwhile
+                self._offset_changes.setdefault(slot, offset)
             return
-        self._offsets_sent = table
         self.offset_deltas += 1
 
     def _apply_offset_delta(self, index: int, payload: bytes) -> None:
         """Every member but the leader that proposed it in its current term (its table holds these values or
-        newer commits) takes the changed offsets and drops the removed keys."""
+        newer commits) takes the offsets."""
         body = orjson.loads(payload)
         if self.driver.is_leader and body.get("by") == self.self_id and body.get("term") == self.driver.term:
             return
         offsets = self.ctx.offsets
-        for key in body.get("gone", ()):
-            topic, _, group = str(key).partition("@")
-            offsets.remove(group, topic)
         for key, queues in body.get("offsets", {}).items():
             for q, o in queues.items():
                 offsets.publish(str(key), int(q), int(o))
@@ -513,7 +509,6 @@ class RaftGroupService:
         self._tombstones = dict.fromkeys(str(t) for t in body.get("deleted", ()))
         offsets = body.get("offsets", {})
         ctx.offsets.replace_all({k: {int(q): int(o) for q, o in v.items()} for k, v in offsets.items()})
-        self._offsets_sent = ctx.offsets.table()
         ctx.request_register()
 
     def _drop_deleted_queues(self) -> None:
@@ -619,7 +614,7 @@ class RaftGroupService:
         dv = ctx.topics.data_version
         if role == Role.LEADER:
             self.adopt_topics()
-            self._offsets_sent = ctx.offsets.table()  # what the log gave this member; later commits go as deltas
+            self._offset_changes.clear()  # later commits here go as deltas
             ctx.set_role("SYNC_MASTER", 0)
         else:
             ctx.set_role("SLAVE", self.follower_id)

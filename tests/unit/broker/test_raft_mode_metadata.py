@@ -108,7 +108,7 @@ def test_admin_metadata_and_offsets_replicate_through_the_log(tmp_path: Path) ->
             await _until("the offsets on every follower", lambda: all(
                 s.ctx.offsets.query("GroupA", "TopicA", 1) == 1 for s in followers), 5)
             lag = time.monotonic() - committed
-            assert lag < 10 * OFFSETS_EVERY_S, f"offsets reached the followers after {lag:.2f} s"
+            assert lag < 20 * OFFSETS_EVERY_S, f"offsets reached the followers after {lag:.2f} s"
             assert leader.offset_deltas >= 1
 
             # a topic deletion removes config, offsets and queues everywhere; adoption cannot bring it back
@@ -163,7 +163,8 @@ def test_admin_metadata_and_offsets_replicate_through_the_log(tmp_path: Path) ->
             resp = await _call(leader, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TopicC"})
             assert resp.code == ResponseCode.SUCCESS
             leader.ctx.offsets.commit("GroupA", "TopicD", 0, 42)
-            await _until("the last offset proposed", lambda: leader._offsets_sent.get("TopicD@GroupA") == {0: 42})
+            await _until("the last offset on the surviving follower", lambda: followers[0].ctx.offsets.query(
+                "GroupA", "TopicD", 0) == 42)
             for n in range(10):
                 assert (await leader.ctx.store.put_message(MessageInner("TopicE", 0, b"e%d" % n, {}))).ok
             assert leader.driver.status()["snapshot_index"] > 0
@@ -203,16 +204,17 @@ def test_offset_delta_is_skipped_only_by_the_leader_that_proposed_it(tmp_path: P
             svc = _svc(b)
             await _until("the single member leads", lambda: svc.driver.is_leader)
             b.ctx.offsets.commit("G", "T", 0, 10)
-            await _until("the delta proposed", lambda: svc._offsets_sent.get("T@G") == {0: 10})
+            await _until("the delta proposed", lambda: not svc._offset_changes and svc.offset_deltas >= 1)
             b.ctx.offsets.commit("G", "T", 0, 11)  # newer than the entry: the leader's own delta leaves it
-            payload = orjson.dumps({"by": "n0", "term": svc.driver.term, "offsets": {"T@G": {"0": 10}}, "gone": []})
+            payload = orjson.dumps({"by": "n0", "term": svc.driver.term, "offsets": {"T@G": {"0": 10}}})
             svc._apply_offset_delta(99, payload)
             assert b.ctx.offsets.query("G", "T", 0) == 11
-            older = orjson.dumps({"by": "n0", "term": svc.driver.term - 1, "offsets": {"T@G": {"0": 7}},
-                                  "gone": ["X@G"]})
-            b.ctx.offsets.commit("G", "X", 0, 1)
+            older = orjson.dumps({"by": "n0", "term": svc.driver.term - 1, "offsets": {"T@G": {"0": 7}}})
             svc._apply_offset_delta(100, older)  # an earlier leadership's entry (applied late): taken
-            assert b.ctx.offsets.query("G", "T", 0) == 7 and b.ctx.offsets.query("G", "X", 0) == -1
+            assert b.ctx.offsets.query("G", "T", 0) == 7
+            other = orjson.dumps({"by": "n1", "term": svc.driver.term, "offsets": {"T@G": {"0": 8}}})
+            svc._apply_offset_delta(101, other)
+            assert b.ctx.offsets.query("G", "T", 0) == 8
             assert svc.sm._commands[OFFSET_DELTA] == svc._apply_offset_delta
         finally:
             await b.stop()
