@@ -1,12 +1,15 @@
 """Raft group bench (issue 14): send throughput and latency of a 3-node Raft broker group (enableDLegerCommitLog)
 beside a SYNC_MASTER + slave pair and a RabbitMQ quorum queue (local RabbitMQ), in one run.
 
-`.venv/bin/python -m bench.raft_bench [--messages 5000] [--senders 16] [--size 1024] [--systems raft,sync,rabbitmq]`.
+`.venv/bin/python -m bench.raft_bench [--messages 5000] [--senders 16] [--size 1024] [--systems raft,sync,rabbitmq,local]`.
 Every system: `--senders` concurrent senders, each awaiting its acknowledgement (our SDK for OrbitMQ, aio-pika with
 publisher confirms for RabbitMQ), `--messages` in total after a warm-up. An acknowledgement means: Raft group - a
 majority stored the entry in its Raft log (fsynced) and the leader applied it to its CommitLog; SYNC_MASTER - the slave
 has the bytes (page cache); quorum queue - a majority wrote the Raft WAL batch. Nothing is asserted. Results are
 printed and written to bench/results/raft-latest.json.
+`local`: the same Raft group shape with localDeliveryGroups, `--ld-messages` of `--ld-size` bytes consumed by our SDK's
+SimpleConsumer on each follower (local delivery) and then on the leader (leader-only delivery): the leader's TCP bytes
+sent (kernel socket counters, `ss -tinp`) and CPU per delivered message.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from bench.failover_bench import TPUT_TOPIC, throughput  # noqa: E402
 from bench.ha_bench import run_role  # noqa: E402
 from bench.metrics import percentiles_ms, proc_cpu_seconds  # noqa: E402
 from orbitmq.client import Admin  # noqa: E402
+from orbitmq.testing.local_delivery_load import measure  # noqa: E402
 from orbitmq.testing.raft_group import RaftGroup  # noqa: E402
 
-SYSTEMS = ("raft", "sync", "rabbitmq")
+SYSTEMS = ("raft", "sync", "rabbitmq", "local")
 
 
 async def _raft_load(g: RaftGroup, leader: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -51,6 +55,31 @@ def run_raft(args: argparse.Namespace) -> dict[str, Any]:
         if pid is not None:
             out["leader_cpu_s"] = round(proc_cpu_seconds(pid), 2)
         return out
+
+
+async def _local(g: RaftGroup, leader: int, args: argparse.Namespace) -> dict[str, Any]:
+    followers = [i for i in range(g.size) if i != leader]
+    await measure(g, leader, "CG_warm", "LdWarm", followers + [leader], 50, args.ld_size)  # connections, imports
+    off = await measure(g, leader, "CG_off", "LdOff", [leader], args.ld_messages, args.ld_size)
+    on = await measure(g, leader, "CG_on", "LdOn", followers, args.ld_messages, args.ld_size)
+    lead, n = f"n{leader}", args.ld_messages
+    out: dict[str, Any] = {"messages": n, "size": args.ld_size}
+    for name, r in (("on", on), ("off", off)):
+        out[f"leader_bytes_per_msg_{name}"] = round(r["bytes"][lead] / n)
+        out[f"leader_cpu_ms_per_msg_{name}"] = round(1000 * r["cpu_s"][lead] / n, 3)
+        out[f"followers_bytes_per_msg_{name}"] = round(sum(v for k, v in r["bytes"].items() if k != lead) / n)
+    return out
+
+
+def run_local(args: argparse.Namespace) -> dict[str, Any]:
+    """Local delivery on (one consumer on each follower) vs off (the consumers on the leader: it sends every
+    delivery), same group, same messages, in one run: the leader's TCP bytes sent (kernel socket counters) and CPU
+    per delivered message."""
+    with tempfile.TemporaryDirectory(prefix="raft-ld-bench-") as tmp, \
+            RaftGroup(Path(tmp), localDeliveryGroups="CG_warm,CG_on,CG_off") as g:
+        g.start()
+        leader = g.leader()
+        return asyncio.run(_local(g, leader, args))
 
 
 def run_sync(args: argparse.Namespace) -> dict[str, Any]:
@@ -96,9 +125,9 @@ def run_rabbitmq(args: argparse.Namespace) -> dict[str, Any]:
     return asyncio.run(_rabbit(args))
 
 
-RUNNERS = {"raft": run_raft, "sync": run_sync, "rabbitmq": run_rabbitmq}
+RUNNERS = {"raft": run_raft, "sync": run_sync, "rabbitmq": run_rabbitmq, "local": run_local}
 LABELS = {"raft": "OrbitMQ Raft group (3 nodes)", "sync": "OrbitMQ SYNC_MASTER + slave",
-          "rabbitmq": "RabbitMQ quorum queue (1 node)"}
+          "rabbitmq": "RabbitMQ quorum queue (1 node)", "local": "Raft group, local delivery on/off"}
 
 
 def main() -> None:
@@ -108,6 +137,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024, help="message body bytes")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--rabbitmq-url", default="amqp://guest:guest@127.0.0.1:5672/")
+    ap.add_argument("--ld-messages", type=int, default=1000, help="local: messages per placement")
+    ap.add_argument("--ld-size", type=int, default=4000, help="local: message body bytes")
     args = ap.parse_args()
     results: dict[str, Any] = {}
     for name in args.systems.split(","):
@@ -118,11 +149,20 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001 - one system failing is a row of the report, the others still run
             results[name] = {"error": f"{type(e).__name__}: {e}"}
         print(f"{name:<9} {orjson.dumps(results[name]).decode()}", flush=True)
-    print(f"\n{'system':<32} {'msgs/s':>8} {'p50 ms':>8} {'p99 ms':>8}  ({args.messages} x {args.size} B, "
-          f"{args.senders} senders)")
-    for name, r in results.items():
+    rows = {name: r for name, r in results.items() if name != "local"}
+    if rows:
+        print(f"\n{'system':<32} {'msgs/s':>8} {'p50 ms':>8} {'p99 ms':>8}  ({args.messages} x {args.size} B, "
+              f"{args.senders} senders)")
+    for name, r in rows.items():
         print(f"{LABELS[name]:<32} {r.get('msgs_per_s', '-'):>8} {r.get('p50_ms', '-'):>8} {r.get('p99_ms', '-'):>8}"
               + (f"  {r['error']}" if "error" in r else ""))
+    ld = results.get("local")
+    if ld is not None and "error" not in ld:
+        print(f"\nlocal delivery, leader per delivered message ({ld['messages']} x {ld['size']} B per placement): "
+              f"on {ld['leader_bytes_per_msg_on']} B sent, {ld['leader_cpu_ms_per_msg_on']} ms CPU; "
+              f"off {ld['leader_bytes_per_msg_off']} B sent, {ld['leader_cpu_ms_per_msg_off']} ms CPU")
+    elif ld is not None:
+        print(f"\nlocal delivery: {ld['error']}")
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
     (out / "raft-latest.json").write_bytes(orjson.dumps({"args": vars(args), "results": results},
