@@ -162,8 +162,11 @@ class SendProcessor:
         refused). A SYNC_FLUSH group-commit wait returns DEFERRED: the flush callback answers through conn.reply
         (no task per send). A put that also waits for a slave (SYNC_MASTER), or any wait with `defer` false,
         becomes a coroutine (the connection runs it as a task)."""
+        ctx = self.ctx
         try:
-            _admit(self.ctx.store)  # admission control: SYSTEM_BUSY while the disk is too slow (store-fail, #12.4)
+            busy = ctx.store.admission_remark()  # _admit inline: SYSTEM_BUSY while the disk is too slow (#12.4)
+            if busy is not None:
+                raise SendReject(ResponseCode.SYSTEM_BUSY, busy)
             raw = req.ext_fields  # the header, decoded and range-checked once: the common V2 shape in one call
             h = decode_send_v2(SendMessageRequestHeader, raw) or _decode_header(raw)
             if h.batch or req.code == _SEND_BATCH:  # the C++ client marks batches with batch="1": h.batch too
@@ -175,12 +178,12 @@ class SendProcessor:
             resp = req.response(code, str(r))
             resp.ext_fields = self._base_ext()
             return resp
-        hooks = self.ctx.send_hooks
+        hooks = ctx.send_hooks
         for hook in hooks:
             early = hook.before_put(conn, req, msgs)
             if early is not None:
                 return early
-        result, wait_end = self.ctx.store.put_messages_nowait(msgs)
+        result, wait_end = ctx.store.put_messages_nowait(msgs)
         if wait_end < 0:
             for hook in hooks:
                 hook.after_put(conn, req, msgs, result)
@@ -189,7 +192,7 @@ class SendProcessor:
             appended = getattr(hook, "after_append", None)
             if appended is not None:
                 appended(conn, req, msgs, result)
-        if defer and self.ctx.store.when_put_flushed(
+        if defer and ctx.store.when_put_flushed(
                 result, wait_end, partial(self._answer_flushed, conn, req, msgs, queue_id)):
             return DEFERRED
         return self._wait_flushed(conn, req, msgs, result, wait_end, queue_id)
@@ -217,7 +220,7 @@ class SendProcessor:
     def _check_topic(self, conn: Any, h: SendMessageRequestHeader, topic: str, batch: bool) -> Any:
         ctx = self.ctx
         cfg = ctx.config
-        if cfg.is_slave:
+        if cfg.broker_role == "SLAVE":  # cfg.is_slave without the property call
             raise SendReject(ResponseCode.SERVICE_NOT_AVAILABLE, _PUT_CODES[PutStatus.SERVICE_NOT_AVAILABLE][1] or "")
         fence = ctx.write_fence()  # controller mode: no write lease / too few in-sync replicas
         if fence is not None:
