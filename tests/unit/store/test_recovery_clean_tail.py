@@ -243,3 +243,23 @@ def test_consume_queue_valid_prefix_matches_the_entry_by_entry_definition() -> N
         prev_end = rnd.choice([-1, 0, phys // 2, phys + 1])
         want = _valid_prefix_reference(bytes(buf), seg, prev_end)
         assert _valid_prefix(memoryview(buf), seg, prev_end) == want, (n, what, prev_end)
+
+
+@pytest.mark.parametrize("bad", [-1, -(1 << 31), 3, 1 << 20])
+def test_index_repair_slots_finds_negative_and_too_large_slots(bad: int) -> None:
+    """The crash-time slot check reads slots unsigned (one max() over them): a negative slot is caught as well as
+    one at or past the entry count, and both are pointed back at their chain's newest entry."""
+    import struct
+
+    from orbitmq.store.dispatch import DispatchRequest
+    from orbitmq.store.index_file import IndexService
+
+    svc = IndexService("/sim/index", 1, 20, SimDisk(seed=1))  # one slot: one chain
+    for phys in (100, 200):
+        svc.dispatch(DispatchRequest("T", 0, phys, 10, 0, 1_700_000_000_000, 0, "k", None, 0, 0, {}))
+    f = svc.files[0]
+    assert f.repair_slots() == 0  # nothing to do: the slot points at entry 2 of 3
+    struct.pack_into(">i", f.buf, 40, bad)
+    assert f.repair_slots() == 1
+    assert struct.unpack_from(">i", f.buf, 40)[0] == 2
+    svc.close()
