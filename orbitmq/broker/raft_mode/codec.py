@@ -11,12 +11,12 @@ from orbitmq.model.properties import decode_properties_py, encode_properties
 from orbitmq.store.results import MessageInner
 
 MESSAGES = 0x01  # a batch of messages for the CommitLog
-OFFSETS = 0x02  # the leader's consumer offset table (JSON {"topic@group": {"queueId": offset}}), when it changed
+OFFSETS = 0x02  # earlier versions: the leader's whole offset table (JSON {"topic@group": {"queueId": offset}})
 TOPICS = 0x03  # the leader's topic configs (JSON list of RocketMQ TopicConfig objects), when they changed
 TOPIC_DELETE = 0x04  # an admin topic deletion (JSON {"topic": name})
 GROUP_CONFIG = 0x05  # an admin subscription-group create/update (JSON RocketMQ SubscriptionGroupConfig)
 GROUP_DELETE = 0x06  # an admin subscription-group deletion (JSON {"group": name, "removeOffset": bool})
-OFFSET_DELTA = 0x07  # consumer offsets changed on the leader (JSON {"by": id, "term": t, "offsets": {...}, "gone": [...]})
+OFFSET_DELTA = 0x07  # commits made on the leader (JSON {"by": id, "term": t, "offsets": {"topic@group": {"q": o}}})
 METADATA_PART = 0x01  # group snapshot part: topic and group configs, consumer offsets, deleted topics (JSON)
 COMMAND_MIN, COMMAND_MAX = 0x10, 0x7F  # entry types other modules register (local delivery)
 

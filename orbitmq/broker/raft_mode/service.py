@@ -319,6 +319,7 @@ class RaftGroupService:
         except BaseException:
             await self.server.stop()
             raise
+        self._started = True  # the own snapshot is restored: a later restore is one installed from the leader
         log.info("raft group %s: member %s listening on %s (peers %s)", self.group, self.self_id,
                  self.peers[self.self_id], ", ".join(f"{k}={v}" for k, v in self.peers.items()))
 
@@ -326,7 +327,6 @@ class RaftGroupService:
         """Every 0.05 s the leader proposes the consumer offsets committed meanwhile; every 0.5 s a member that holds
         queues of a topic it has no config for (created on another leader, not yet in a TOPICS entry) adopts the
         topic, and the applied checkpoint is written; every second the leader proposes its changed topic table."""
-        self._started = True
         loop = asyncio.get_running_loop()
         last_adopt = last_topics = loop.time()
         while True:
