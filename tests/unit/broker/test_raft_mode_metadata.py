@@ -24,12 +24,12 @@ from orbitmq.testing.procs import free_port
 IDS = ["n0", "n1", "n2"]
 
 
-def _broker(tmp_path: Path, peers: str, node: str) -> Broker:
+def _broker(tmp_path: Path, peers: str, node: str, snapshot_every: int = 8) -> Broker:
     store = StoreConfig(str(tmp_path / node / "store"), mapped_file_size_commitlog=4 * 1024 * 1024,
                         mapped_file_size_consume_queue=1000 * 20, max_message_size=64 * 1024)
     cfg = BrokerConfig(broker_ip1="127.0.0.1", listen_port=0, broker_name="raft-m", broker_role="SLAVE",
                        broker_id=1, enable_dleger_commit_log=True, dleger_peers=peers, dleger_self_id=node,
-                       raft_snapshot_every=8)
+                       raft_snapshot_every=snapshot_every)
     return Broker(cfg, store)
 
 
@@ -186,6 +186,25 @@ def test_admin_metadata_and_offsets_replicate_through_the_log(tmp_path: Path) ->
                 assert gone not in _queue_topics(svc), gone
             assert svc.ctx.offsets.query("GroupA", "TopicD", 0) == 42
             assert svc.ctx.offsets.query("GroupA", "TopicA", 0) == -1
+
+            # every member restarts (own snapshot, applied checkpoint, the entries after it applied again)
+            target = max(_svc(b).sm.applied for b in brokers.values())
+            await _until("every member's applied checkpoint written", lambda: all(
+                _svc(b).sm.applied >= target and _svc(b)._checkpoint_written[0] >= target for b in brokers.values()))
+            for b in reversed(list(brokers.values())):
+                await b.stop()
+            brokers = {i: _broker(tmp_path, peers, i) for i in IDS}
+            for b in brokers.values():
+                await b.start()
+            leader = await _until("a leader after the restart", agreed)
+            for s in (_svc(b) for b in brokers.values()):
+                await _until(f"{s.self_id} applied the log", lambda s=s: s.sm.applied >= target)
+                s.adopt_topics()
+                assert s.ctx.groups.get("GroupA").retry_max_times == 9, s.self_id  # type: ignore[union-attr]
+                assert s.ctx.groups.get("GroupD") is None and s.ctx.groups.get("GroupB") is None, s.self_id
+                assert {"TopicA", "TopicC", "TopicF"}.isdisjoint(set(s.ctx.topics.all()) | _queue_topics(s)), s.self_id
+                assert "TopicE" in s.ctx.topics, s.self_id
+                assert s.ctx.offsets.query("GroupA", "TopicD", 0) == 42, s.self_id
         finally:
             for b in reversed(list(brokers.values())):
                 await b.stop()
@@ -216,6 +235,43 @@ def test_offset_delta_is_skipped_only_by_the_leader_that_proposed_it(tmp_path: P
             svc._apply_offset_delta(101, other)
             assert b.ctx.offsets.query("G", "T", 0) == 8
             assert svc.sm._commands[OFFSET_DELTA] == svc._apply_offset_delta
+        finally:
+            await b.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_deletion_applied_again_at_start_keeps_the_queues_of_a_later_re_creation(tmp_path: Path) -> None:
+    """The log is applied again from its start; MESSAGES entries below the applied checkpoint are skipped (already in
+    the CommitLog), so a TOPIC_DELETE below it must not drop the queues the re-created topic filled since."""
+    async def main() -> None:
+        peers = f"n0-127.0.0.1:{free_port()}"
+        b = _broker(tmp_path, peers, "n0", snapshot_every=10_000)
+        await b.start()
+        try:
+            svc = _svc(b)
+            await _until("the single member leads", lambda: svc.driver.is_leader)
+            create = {"topic": "TopicR", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"}
+            assert (await _call(svc, RequestCode.UPDATE_AND_CREATE_TOPIC, create)).code == ResponseCode.SUCCESS
+            for n in range(2):
+                assert (await b.ctx.store.put_message(MessageInner("TopicR", 0, b"old%d" % n, {}))).ok
+            assert (await _call(svc, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TopicR"})).code == 0
+            assert "TopicR" not in _queue_topics(svc)
+            assert (await _call(svc, RequestCode.UPDATE_AND_CREATE_TOPIC, create)).code == ResponseCode.SUCCESS
+            for n in range(3):
+                assert (await b.ctx.store.put_message(MessageInner("TopicR", 0, b"new%d" % n, {}))).ok
+            target = svc.sm.applied
+            await _until("the applied checkpoint written", lambda: svc._checkpoint_written[0] >= target)
+        finally:
+            await b.stop()
+        b = _broker(tmp_path, peers, "n0", snapshot_every=10_000)
+        await b.start()
+        try:
+            svc = _svc(b)
+            await _until("the log applied again", lambda: svc.sm.applied >= target)
+            svc.adopt_topics()
+            assert "TopicR" in svc.ctx.topics
+            assert svc.real_store.cq_table.queue_max_offsets().get(("TopicR", 0)) == 3
         finally:
             await b.stop()
 
