@@ -125,8 +125,8 @@ class FrameDecoder:
         else:
             src = data if isinstance(data, bytes) else bytes(data)
         out: list[RemotingCommand] = []
-        try:
-            pos = self._parse(src, out)
+        try:  # a bytes chunk (nothing buffered, the usual read) is parsed without a view: its slices are bytes
+            pos = self._parse_view(src, src, out) if src is not buf else self._parse(src, out)
         except ProtocolError as e:
             e.frames = out  # type: ignore[attr-defined]  # complete frames that preceded the bad one
             buf.clear()

@@ -96,6 +96,7 @@ class Connection(asyncio.Protocol):
         self._frame_deadline_s = frame_deadline_ms / 1000.0 if frame_deadline_ms > 0 else 0.0
         self._frame_handle: asyncio.TimerHandle | None = None  # runs while an unfinished frame is buffered
         self._budget = input_budget
+        self._held_reported = 0  # the unfinished bytes last reported to the budget
         self._on_limit = on_limit
         self._budget_paused = False
         self.closed = True  # until connection_made
@@ -141,7 +142,10 @@ class Connection(asyncio.Protocol):
             else:
                 self._flush_scheduled = False
         if error is None and not self.closed:
-            self._track_unfinished(self._decoder.buffered, bool(cmds))
+            held = len(self._decoder._buf)
+            # nothing unfinished now nor before: no deadline to disarm, no budget change (skips a no-op update)
+            if held or self._frame_handle is not None or self._held_reported:
+                self._track_unfinished(held, bool(cmds))
         if error is not None:
             log.warning("%s: malformed frame from %s, closing: %s", self.name, self.remote_addr, error)
             self.close()
@@ -161,6 +165,7 @@ class Connection(asyncio.Protocol):
                 self._frame_handle = self._loop.call_later(self._frame_deadline_s, self._frame_overdue)
         if self._budget is not None:
             self._budget.update(self, held)
+            self._held_reported = held
 
     def _frame_overdue(self) -> None:
         self._frame_handle = None
