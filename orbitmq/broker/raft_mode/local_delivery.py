@@ -56,6 +56,7 @@ RECONCILE_EVERY_S = 1.0
 NODE_DOWN_AFTER_S = 5.0  # a member whose match index stands still behind the log this long is down (NodeDown)
 MAX_POP_NUMS = 32
 MAX_POLL_MS = 30_000
+IDLE_DOWN_S = 30.0  # a connected consumer that stopped popping this long (and 2x its invisible time) is down
 READ_WAIT_S = 2.0  # a delivered message not readable in the local store yet (dispatch lag)
 DLQ_PREFIX = "%DLQ%"
 FIRST_POP_TIME = "1ST_POP_TIME"
@@ -121,6 +122,8 @@ class LocalDeliveryService:
         self.live: set[str] = set()  # consumers with an open connection here
         self.inboxes: dict[str, Inbox] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._popping: dict[str, int] = {}  # consumer -> POP_MESSAGEs being answered
+        self._last_pop: dict[str, float] = {}  # consumer -> loop time its last pop ended
         self._lag_since: dict[str, float] = {}  # peer -> since when its match index stands still behind the log
         self._last_match: dict[str, int] = {}
         self._node_down_sent: set[str] = set()
@@ -215,6 +218,7 @@ class LocalDeliveryService:
 
     def _closed(self, cid: str) -> None:
         self.live.discard(cid)
+        self._last_pop.pop(cid, None)
         box = self.inboxes.pop(cid, None)
         if box is not None:
             for f in box.waiters:
@@ -284,11 +288,18 @@ class LocalDeliveryService:
             self._node_down_sent.add(peer)
 
     async def _reconcile(self) -> None:
-        """Consumers on this node without a connection here (an earlier run of this member, a missed close)."""
+        """Consumers on this node without a connection here (an earlier run of this member, a missed close), and
+        idle ones: connected but not popping for IDLE_DOWN_S (at least twice their invisible time), so what they
+        hold goes to consumers that pop instead of expiring again and again; their next pop attaches again."""
         now = self.env.clock.now_ms()
+        mono = asyncio.get_running_loop().time()
         for key, m in list(self.replica.router.machines.items()):
             for cid, c in list(m.consumers.items()):
-                if c.node == self.self_id and cid not in self.live:
+                if c.node != self.self_id:
+                    continue
+                idle = mono - self._last_pop.get(cid, mono)
+                if cid not in self.live or (cid not in self._popping
+                                            and idle > max(IDLE_DOWN_S, 2 * c.invisible_ms / 1000)):
                     await self.propose(key, dc.ConsumerDown(now, cid))
 
     async def _dead_letter(self, key: str, e: DeadLettered) -> None:
@@ -431,8 +442,19 @@ class LocalDeliveryService:
             if err is not None:
                 return err
         box = self.inboxes.setdefault(cid, Inbox())
+        self._popping[cid] = self._popping.get(cid, 0) + 1
+        try:
+            return await self._wait_and_answer(req, key, topic, group_name, cid, box, max_nums, poll_ms)
+        finally:
+            self._popping[cid] -= 1
+            if not self._popping[cid]:
+                del self._popping[cid]
+            self._last_pop[cid] = asyncio.get_running_loop().time()
+
+    async def _wait_and_answer(self, req: RemotingCommand, key: str, topic: str, group_name: str, cid: str,
+                               box: Inbox, max_nums: int, poll_ms: int) -> RemotingCommand:
         deadline = asyncio.get_running_loop().time() + poll_ms / 1000
-        while not box.items and cid in self.live:
+        while not any(k == key for k, _ in box.items) and cid in self.live:
             left = deadline - asyncio.get_running_loop().time()
             if left <= 0:
                 break
@@ -516,6 +538,8 @@ class LocalDeliveryService:
         except ValueError as e:
             return req.response(ResponseCode.SYSTEM_ERROR, str(e))
         key = queue_key(ext_str(ext, "topic"), ext_str(ext, "consumerGroup"))
+        if key not in self.replica.router.machines:  # never create a queue from a handle
+            return req.response(ResponseCode.NO_MESSAGE, f"no local-delivery queue {key} here")
         err = await self._commit(req, key, dc.Settle(self.env.clock.now_ms(), cid, (did,)))
         return err or req.response(ResponseCode.SUCCESS)
 
@@ -530,6 +554,8 @@ class LocalDeliveryService:
             return req.response(ResponseCode.SYSTEM_ERROR, f"invisibleTime {invisible_ms} must be > 0")
         now = self.env.clock.now_ms()
         key = queue_key(ext_str(ext, "topic"), ext_str(ext, "consumerGroup"))
+        if key not in self.replica.router.machines:  # never create a queue from a handle
+            return req.response(ResponseCode.NO_MESSAGE, f"no local-delivery queue {key} here")
         err = await self._commit(req, key, dc.ChangeInvisible(now, cid, did, invisible_ms))
         if err is not None:
             return err
