@@ -129,13 +129,25 @@ def _has_topic(g: RaftGroup, i: int, topic: str) -> bool:
     return resp.code == 0 and topic.encode() in (resp.body or b"")
 
 
-async def send_bodies(ns: str, topic: str, n: int, size: int, tag: str) -> list[str]:
+async def send_bodies(ns: str, topic: str, n: int, size: int, tag: str, attempts: int = 5) -> list[str]:
+    """`n` numbered messages, each sent until acknowledged (a send not confirmed across a leader change is sent
+    again: the log may then hold its body twice)."""
     bodies = []
     async with Producer(f"PG_{tag}", namesrv=ns, send_timeout_ms=5000) as p:
         for k in range(n):
             body = f"{tag}-{k:06d}-".ljust(size, "x")
-            r = await p.send(Message(topic, body.encode()))
-            assert r.status is SendStatus.SEND_OK, r
+            for attempt in range(attempts):
+                try:
+                    r = await p.send(Message(topic, body.encode()))
+                except Exception:  # noqa: BLE001 - no leader for a moment: try again
+                    if attempt == attempts - 1:
+                        raise
+                    await asyncio.sleep(0.3)
+                    continue
+                if r.status is SendStatus.SEND_OK:
+                    break
+                assert attempt < attempts - 1, r
+                await asyncio.sleep(0.3)
             bodies.append(body)
     return bodies
 
