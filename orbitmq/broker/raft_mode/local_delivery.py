@@ -62,6 +62,9 @@ DLQ_PREFIX = "%DLQ%"
 FIRST_POP_TIME = "1ST_POP_TIME"
 CONN_ATTR = "localDeliveryConsumer"
 
+_NOT_YET = (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.NO_MESSAGE_IN_QUEUE,
+            GetStatus.NO_MATCHED_LOGIC_QUEUE)  # the queue entry may still be on its way (dispatch): read again
+
 Handler = Callable[[Any, RemotingCommand], Awaitable[RemotingCommand | None] | RemotingCommand | None]
 
 
@@ -488,8 +491,8 @@ class LocalDeliveryService:
             res = store.get_message(group_name, topic, d.queue, d.offset, 1)
             if res.status is GetStatus.FOUND:
                 return decode_record(res.buffers[0])
-            if loop.time() >= end:
-                return None
+            if res.status not in _NOT_YET or loop.time() >= end:
+                return None  # gone (retention) or never dispatched here
             await asyncio.sleep(0.02)
 
     async def _answer(self, req: RemotingCommand, topic: str, group_name: str, cid: str,
