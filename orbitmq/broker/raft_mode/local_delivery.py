@@ -391,8 +391,10 @@ class LocalDeliveryService:
             return other(conn, req)
         return handler
 
-    async def _commit(self, req: RemotingCommand, key: str, cmd: dc.Command) -> RemotingCommand | None:
-        """Propose; an error response, or None when committed without refusal."""
+    async def _commit(self, req: RemotingCommand, key: str, cmd: dc.Command,
+                      refused_code: int = ResponseCode.NO_MESSAGE) -> RemotingCommand | None:
+        """Propose; an error response, or None when committed without refusal. A refused handle is NO_MESSAGE
+        (RocketMQ's answer to an ack of an offset it cannot take)."""
         try:
             refused = await self.propose(key, cmd)
         except NotLeaderError as e:
@@ -402,7 +404,7 @@ class LocalDeliveryService:
         except (OrbitMQError, dc.CommandError) as e:
             return req.response(ResponseCode.SYSTEM_ERROR, str(e))
         if refused:
-            return req.response(ResponseCode.NO_MESSAGE, "; ".join(refused))
+            return req.response(refused_code, "; ".join(refused))
         return None
 
     async def handle_pop(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
@@ -441,7 +443,7 @@ class LocalDeliveryService:
         c = m.consumers.get(cid) if m is not None else None
         if c is None or c.prefetch != max_nums or c.invisible_ms != invisible_ms:
             err = await self._commit(req, key, dc.Attach(self.env.clock.now_ms(), cid, self.self_id, max_nums,
-                                                         invisible_ms))
+                                                         invisible_ms), ResponseCode.SYSTEM_ERROR)
             if err is not None:
                 return err
         box = self.inboxes.setdefault(cid, Inbox())
