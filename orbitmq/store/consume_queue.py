@@ -29,6 +29,7 @@ _unpack_from = CQ_ENTRY.unpack_from
 _iter_unpack = CQ_ENTRY.iter_unpack
 _E = CQ_ENTRY_SIZE
 _LOW_HALF = bytes(range(0x80))
+_FILLER_SIZE_BYTES = FILLER_SIZE.to_bytes(4, "big")
 _RECOVER_SEGMENTS = 3  # recovery re-validates the last three segments; older ones are taken as full and valid
 
 Entry = tuple[int, int, int]  # (phys_offset, size, tags_code)
@@ -83,9 +84,10 @@ def _valid_prefix(buf: memoryview, size_bytes: int, prev_end: int) -> tuple[int,
     limit = _nonzero_extent(buf, 0, size_bytes)
     limit = min(size_bytes, limit + (-limit) % _E)  # all-zero entries after it are invalid anyway
     count = limit // _E
-    if count:  # the usual case, every entry valid and no filler, checked by columns (C-speed maps)
-        phys, sizes = _columns(buf[:limit].tobytes(), count)
-        if min(phys) >= 0 and min(sizes) > 0 and FILLER_SIZE not in sizes:
+    if count and _segment_looks_valid(buf, limit):  # the usual case (phys >= 0, size > 0, no filler, ends
+        data = buf[:limit].tobytes()  # increasing), checked by columns with C-level maps
+        phys, sizes = _columns(data, count)
+        if _FILLER_SIZE_BYTES not in data:  # anywhere (even unaligned): rare, and then the loop below decides
             ends = list(map(add, phys, sizes))
             if ends[0] > prev_end and all(map(lt, ends, islice(ends, 1, None))):
                 return limit, ends[-1]
