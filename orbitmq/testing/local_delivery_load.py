@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orbitmq.client import Admin, Message, MessageExt, Producer, SendStatus
-from orbitmq.client.errors import ResponseError
+from orbitmq.client.errors import ResponseError, TopicNotExistError
 from orbitmq.client.simple_consumer import SimpleConsumer
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.testing.procs import blocking_request
@@ -122,6 +122,18 @@ async def create_topic(g: RaftGroup, leader: int, topic: str, queues: int = QUEU
         await admin.update_topic(topic, broker_addr=g.addr(leader), read_queue_nums=queues, write_queue_nums=queues)
     while not all([await asyncio.to_thread(_has_topic, g, i, topic) for i in range(g.size)]):
         await asyncio.sleep(0.2)
+    while not await _routed(g.ns_addr, topic):  # producers find a writable queue on the leader
+        await asyncio.sleep(0.2)
+
+
+async def _routed(ns_addr: str, topic: str) -> bool:
+    async with Admin(ns_addr) as admin:
+        try:
+            route = await admin.topic_route(topic)
+        except TopicNotExistError:
+            return False
+    return any(bd.broker_addrs.get(0) for bd in route.broker_datas) and any(
+        qd.write_queue_nums > 0 for qd in route.queue_datas)
 
 
 def _has_topic(g: RaftGroup, i: int, topic: str) -> bool:
@@ -129,7 +141,7 @@ def _has_topic(g: RaftGroup, i: int, topic: str) -> bool:
     return resp.code == 0 and topic.encode() in (resp.body or b"")
 
 
-async def send_bodies(ns: str, topic: str, n: int, size: int, tag: str, attempts: int = 5) -> list[str]:
+async def send_bodies(ns: str, topic: str, n: int, size: int, tag: str, attempts: int = 10) -> list[str]:
     """`n` numbered messages, each sent until acknowledged (a send not confirmed across a leader change is sent
     again: the log may then hold its body twice)."""
     bodies = []
