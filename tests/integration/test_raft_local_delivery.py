@@ -80,10 +80,13 @@ def test_consumers_on_every_member_exactly_once(tmp_path: Path) -> None:
         assert len(c.acked) == len(stored) and not c.ack_refused  # acknowledged exactly once
 
 
-def test_leader_kill9_no_loss_bounded_redeliveries_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize("victim", ["leader", pytest.param("follower", marks=pytest.mark.slow)])
+def test_kill9_no_loss_bounded_redeliveries_order(tmp_path: Path, victim: str) -> None:
+    """kill -9 of the leader (or, slow variant, of a follower with its consumer) mid-run."""
     with RaftGroup(tmp_path / "group", localDeliveryGroups=GROUP) as g:
         g.start()
         leader = g.leader()
+        killed = leader if victim == "leader" else (leader + 1) % g.size
 
         async def main() -> tuple[Consumers, SendLoad, int]:
             await create_topic(g, leader, TOPIC)
@@ -92,8 +95,8 @@ def test_leader_kill9_no_loss_bounded_redeliveries_order(tmp_path: Path) -> None
             try:
                 while len(load.acked) < 150:
                     await asyncio.sleep(0.05)
-                t_kill = await asyncio.to_thread(g.kill9, leader)
-                new = await asyncio.to_thread(g.leader, 15.0, leader)
+                t_kill = await asyncio.to_thread(g.kill9, killed)
+                new = await asyncio.to_thread(g.leader, 15.0, killed)
                 while sum(1 for a in load.acked.values() if a.t_sent >= t_kill) < 100:
                     await asyncio.sleep(0.05)
             finally:
@@ -108,18 +111,18 @@ def test_leader_kill9_no_loss_bounded_redeliveries_order(tmp_path: Path) -> None
         c, load, new = run(g, main(), 180)
         bodies = [d.body for d in c.deliveries]
         redelivered = len(bodies) - len(set(bodies))
-        print(f"leader n{leader} killed, n{new} leads; {len(load.acked)} sends acknowledged, {len(bodies)} "
+        print(f"{victim} n{killed} killed, n{new} leads; {len(load.acked)} sends acknowledged, {len(bodies)} "
               f"deliveries, {redelivered} redeliveries, {len(c.ack_refused)} acks refused, {c.errors} pop errors")
         assert set(load.acked) <= set(bodies)  # nothing acknowledged to the producer is lost
         # redeliveries: only what consumers held (prefetch each) when the leader died, and acks refused meanwhile
         assert redelivered <= g.size * PREFETCH + len(c.ack_refused), redelivered
         problems = order_problems(c.deliveries)
         assert not problems, problems[:10]
-        survivors = {f"n{i}" for i in range(g.size) if i != leader}
+        survivors = {f"n{i}" for i in range(g.size) if i != killed}
         assert {d.consumer for d in c.deliveries if d.body in load.acked} & survivors
         # the killed member restarts (its machines from the snapshot part and the log): every member ends with the
         # same consumption state, with no consumer (all closed or declared down), checkout or waiting message left
-        g.restart(leader)
+        g.restart(killed)
         g.wait_same_log(60.0)
 
         def settled() -> set[str] | None:
