@@ -1,0 +1,154 @@
+"""cProfile (CPU-time timer) of a real `orbitmq standalone` process under single-send load, for the timed window
+only: where the broker's CPU per request goes, function by function.
+
+    .venv/bin/python bench/micro/broker_profile.py [--load sdk|cpp] [--messages 20000] [--senders 8] [--out FILE]
+    .venv/bin/python bench/micro/broker_profile.py --no-profile ...   # the same load, broker CPU only
+
+The broker runs in its own process (ASYNC_FLUSH, free ports, a temporary store) wrapped by this script's
+`--serve` mode: SIGUSR1 enables the profiler, SIGUSR2 disables it and writes the stats. Load: `sdk` = one SDK
+Producer with `--senders` concurrent senders each waiting for its ack (the clients_bench sdk_c8 row); `cpp` =
+`--senders` processes of the official C++ client's synchronous sends (bench/load_worker.py, the cpp_pN rows).
+After a warm-up (500 sends / one per worker), the profile covers exactly the timed sends; the broker's
+utime+stime over the same window is printed per message. cProfile adds a fixed cost per Python call, so read the
+shares, not the absolute times; compare trees with PYTHONPATH=<tree>.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = ROOT / "bench" / "load_worker.py"
+
+
+def serve(out: str, argv: list[str]) -> None:
+    """The broker process: orbitmq's CLI with the profiler switched by signals."""
+    prof = cProfile.Profile(time.process_time)
+
+    def stop(*_: object) -> None:
+        prof.disable()
+        prof.dump_stats(out)
+        Path(out + ".done").touch()
+
+    signal.signal(signal.SIGUSR1, lambda *_: prof.enable())
+    signal.signal(signal.SIGUSR2, stop)
+    from orbitmq.cli.main import main
+
+    sys.argv = ["orbitmq", *argv]
+    main()
+
+
+def _cpu(pid: int) -> tuple[float, float]:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tck = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tck, int(fields[11]) / tck
+
+
+async def drive(ns: argparse.Namespace) -> None:
+    from orbitmq.client import Message, Producer
+    from orbitmq.testing.procs import free_broker_port, free_port, wait_broker_registered, write_conf
+
+    work = Path(tempfile.mkdtemp(prefix="orbitmq-profile-"))
+    ns_port, port = free_port(), free_broker_port()
+    conf = write_conf(work / "broker.conf", {
+        "brokerClusterName": "ProfCluster", "brokerName": "prof-broker", "brokerIP1": "127.0.0.1",
+        "listenPort": port, "namesrvAddr": f"127.0.0.1:{ns_port}", "storePathRootDir": str(work / "store"),
+        "flushDiskType": "ASYNC_FLUSH", "autoCreateTopicEnable": "true", "defaultTopicQueueNums": 8})
+    out = ns.out or str(work / "broker.prof")
+    cmd = [sys.executable, __file__, "--serve", out, "--log-level", "WARNING", "standalone", "-c", str(conf),
+           "--namesrv-port", str(ns_port)]
+    with open(work / "broker.log", "w") as log:
+        broker = subprocess.Popen(cmd, stdout=log, stderr=log)
+    namesrv = f"127.0.0.1:{ns_port}"
+    topic, body, n, k = "ProfileTopic", os.urandom(1024), ns.messages, ns.senders
+    profile = not ns.no_profile
+    try:
+        await asyncio.to_thread(wait_broker_registered, namesrv, f"127.0.0.1:{port}", 60.0)
+        if ns.load == "sdk":
+            producer = Producer("profile-producer", namesrv=namesrv, send_timeout_ms=10_000)
+            await producer.start()
+            for _ in range(500):
+                await producer.send(Message(topic, body))
+
+            async def sender(count: int) -> None:
+                for _ in range(count):
+                    await producer.send(Message(topic, body))
+
+            c0 = _cpu(broker.pid)
+            if profile:
+                broker.send_signal(signal.SIGUSR1)
+            t0 = time.perf_counter()
+            await asyncio.gather(*(sender(n // k) for _ in range(k)))
+        else:
+            args = {"namesrv": namesrv, "topic": topic, "size": len(body), "count": n // k}
+            env = {**os.environ, "HOME": str(work)}  # librocketmq writes its logs under $HOME
+            workers = [subprocess.Popen([sys.executable, str(WORKER), "cpp", json.dumps({**args, "group": f"pg{i}"})],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+                       for i in range(k)]
+            for w in workers:
+                assert w.stdout is not None and w.stdout.readline().strip() == "ready"
+            c0 = _cpu(broker.pid)
+            if profile:
+                broker.send_signal(signal.SIGUSR1)
+            t0 = time.perf_counter()
+            for w in workers:
+                assert w.stdin is not None
+                w.stdin.write("go\n")
+                w.stdin.flush()
+            for w in workers:
+                assert w.stdout is not None
+                w.stdout.readline()
+        elapsed = time.perf_counter() - t0
+        if profile:
+            broker.send_signal(signal.SIGUSR2)
+        c1 = _cpu(broker.pid)
+        if ns.load == "sdk":
+            await producer.shutdown()
+        else:
+            for w in workers:
+                w.wait(60)
+        sent = n // k * k
+        print(f"{ns.load}, {k} senders, {sent} sends: {sent / elapsed:,.0f} msgs/s, broker "
+              f"{(c1[0] - c0[0]) / sent * 1e6:.1f} µs CPU per send (user {(c1[1] - c0[1]) / sent * 1e6:.1f}), "
+              f"load average {os.getloadavg()[0]:.1f}", flush=True)
+        if profile:
+            deadline = time.monotonic() + 30
+            while not Path(out + ".done").exists() and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            stats = pstats.Stats(out)
+            stats.sort_stats("cumulative").print_stats(ns.top)
+            stats.sort_stats("tottime").print_stats(ns.top)
+    finally:
+        broker.terminate()
+        broker.wait(30)
+        shutil.rmtree(work, ignore_errors=True)  # the store's segments are fallocated: never left behind
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--serve":
+        serve(sys.argv[2], sys.argv[3:])
+        return
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--load", choices=("sdk", "cpp"), default="sdk")
+    p.add_argument("--messages", type=int, default=20_000)
+    p.add_argument("--senders", type=int, default=8)
+    p.add_argument("--out", default="", help="keep the stats file here")
+    p.add_argument("--top", type=int, default=30, help="rows of each listing")
+    p.add_argument("--no-profile", action="store_true", help="the load and broker CPU only")
+    asyncio.run(drive(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
