@@ -1,5 +1,6 @@
 """The official C++ client's set_delay_time_level(2) against `orbitmq standalone`: each message reaches its topic
-5 s (±1 s) after the send, through a broker restart in between (default messageDelayLevel, level 2 = 5 s)."""
+5 s (-1 s / +1 s) after the send, through a broker restart in between (default messageDelayLevel, level 2 = 5 s);
+when the restart itself ends after they were due, within 2 s of it."""
 
 from __future__ import annotations
 
@@ -22,8 +23,11 @@ def test_cpp_delay_level_2_arrives_after_5s_through_restart(server, cpp):
     sent = {s["key"]: s for s in prod.sent()}
     assert len(sent) == n and all(s["status"] == 0 for s in sent.values())
     first_sent = min(s["sent_ms"] for s in sent.values()) / 1000
+    # killed while every message still waits (due 5 s after its send); on a busy machine the restart may end after
+    # they were due: then they come right after it (late by the restart only, never early, never lost)
+    assert time.time() - first_sent < 4.5, "the messages were due before the broker was even stopped"
     server.restart()
-    assert time.time() - first_sent < 4.5, "producer shutdown + restart took too long for this test"
+    back_s = time.time()
     prod.finish()
 
     async def consume() -> dict[str, list[tuple[float, MessageExt]]]:
@@ -53,7 +57,8 @@ def test_cpp_delay_level_2_arrives_after_5s_through_restart(server, cpp):
         assert len(deliveries) == 1, f"{key} delivered {len(deliveries)} times"
         arrived, m = deliveries[0]
         sent_s = sent[key]["sent_ms"] / 1000
-        assert 4.0 <= arrived - sent_s <= 6.0, f"{key} arrived {arrived - sent_s:.2f} s after send"
-        assert 4000 <= m.store_timestamp - sent[key]["sent_ms"] <= 6000
+        latest = max(6.0, back_s - sent_s + 2.0)
+        assert 4.0 <= arrived - sent_s <= latest, f"{key} arrived {arrived - sent_s:.2f} s after send"
+        assert 4000 <= m.store_timestamp - sent[key]["sent_ms"] <= latest * 1000
         assert m.topic == topic and m.body.decode() == sent[key]["body"] and m.tags == sent[key]["tags"]
         assert Prop.DELAY not in m.properties and m.properties.get("run") == run
