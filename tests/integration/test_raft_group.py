@@ -157,11 +157,13 @@ def test_cluster_init_raft_and_cluster_list_columns(tmp_path: Path) -> None:
             leaders = [r for r in rows if r.get("raftRole") == "LEADER"]
             ok = (len(leaders) == 1 and leaders[0]["BID"] == 0 and sorted(r["BID"] for r in rows)[1:] != [0, 0]
                   and all(r.get("raftLag") not in (None, "-") and r.get("term") == leaders[0]["term"]
+                          and str(r.get("commitIndex", "0")).isdigit() and int(r["commitIndex"]) >= 1
                           and r.get("raftLeader") == leaders[0]["raftLeader"] for r in rows))
             return rows if ok else None
 
-        rows = wait_until("clusterList: one Raft leader as brokerId 0, two followers, lag known", group_listed,
-                          60.0, 0.5)
+        # (a follower learns the commit index of the leader's first entry with the next heartbeat: waited for too)
+        rows = wait_until("clusterList: one Raft leader as brokerId 0, two followers, lag and commit known",
+                          group_listed, 60.0, 0.5)
         assert {r["raftRole"] for r in rows} == {"LEADER", "FOLLOWER"}, rows
         assert all(int(r["commitIndex"]) >= 1 for r in rows), rows
     finally:
