@@ -4,6 +4,7 @@ fan-out to every channel of a consumer group when its membership or subscription
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -21,6 +22,7 @@ log = logging.getLogger("orbitmq.broker.heartbeat")
 
 RETRY_PREFIX = "%RETRY%"
 _RW = 6
+MAX_CHECKS_WAITING = 64  # CHECK_CLIENT_CONFIG compiles running or queued off the loop; more -> SYSTEM_BUSY
 
 
 def heartbeat_name_error(data: HeartbeatData) -> str | None:
@@ -77,6 +79,7 @@ class ClientManageProcessor:
     def __init__(self, ctx: BrokerContext, notifier: ConsumerIdsNotifier) -> None:
         self.ctx = ctx
         self.notifier = notifier
+        self._checks_waiting = 0
 
     def heartbeat(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
         ctx = self.ctx
@@ -118,7 +121,10 @@ class ClientManageProcessor:
                                     consumer_group=h.consumer_group)
         return req.response(ResponseCode.SUCCESS)
 
-    def check_client_config(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
+    async def check_client_config(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
+        """A consumer's subscription checked before it starts: a SQL92 expression is compiled off the event loop
+        (a compile takes milliseconds; thousands of checks must not stall other clients), at most
+        MAX_CHECKS_WAITING at once."""
         try:
             body = fastjson.loads(req.body) if req.body else {}
         except Exception as e:
@@ -131,11 +137,17 @@ class ClientManageProcessor:
             return req.response(ResponseCode.SYSTEM_ERROR,
                                 f"The broker does not support consumer to filter message by {expression_type}")
         expression = str(sub.get("subString") or "")
+        if self._checks_waiting >= MAX_CHECKS_WAITING:
+            return req.response(ResponseCode.SYSTEM_BUSY,
+                                f"{MAX_CHECKS_WAITING} subscription checks are waiting to compile; try again later")
+        self._checks_waiting += 1
         try:
-            compile_sql92(expression, sql_limits(self.ctx.config))
+            await asyncio.to_thread(compile_sql92, expression, sql_limits(self.ctx.config))
         except SqlParseError as e:
             return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                                 f"parse the consumer's subscription[{expression}] failed: {e}")
+        finally:
+            self._checks_waiting -= 1
         return req.response(ResponseCode.SUCCESS)
 
 

@@ -10,11 +10,14 @@ import dataclasses
 import threading
 from typing import Any
 
+import orjson
+
 from orbitmq.broker.filter import FilterCache, SqlLimits, sql_limits
 from orbitmq.broker.filter.sql92 import compile_sql92
+from orbitmq.broker.handlers import heartbeat as heartbeat_mod
 from orbitmq.broker.handlers import pull as pull_mod
 from orbitmq.broker.handlers.send import SendProcessor
-from orbitmq.protocol import RemotingCommand, ResponseCode
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from tests.unit.broker.test_send_pull import FakeConn, bodies, ctx, pull_req, send_req  # noqa: F401 - ctx: fixture
 
 WAIT_S = 30.0  # generous: only a bound on a condition wait, never a timing assertion
@@ -142,3 +145,37 @@ def test_uncacheable_expression_is_still_answered_after_its_compile(ctx) -> None
         assert bodies(c.sent[0]) == [b"m"] and len(gated.calls) == 1 and len(proc.filters) == 0
 
     asyncio.run(main())
+
+
+def _check_req(expression: str) -> RemotingCommand:
+    body = orjson.dumps({"clientId": "c1", "group": "G", "subscriptionData": {
+        "topic": "T", "subString": expression, "expressionType": "SQL92"}})
+    return RemotingCommand.request(RequestCode.CHECK_CLIENT_CONFIG, {}, body)
+
+
+def test_check_client_config_compiles_off_the_loop_bounded(ctx, monkeypatch) -> None:  # noqa: F811
+    """CHECK_CLIENT_CONFIG: the compile runs on a worker thread while the loop serves a send; a check beyond the
+    waiting bound is answered SYSTEM_BUSY at once; a refusal is SUBSCRIPTION_PARSE_FAILED."""
+    gated = GatedCompile()
+    monkeypatch.setattr(heartbeat_mod, "compile_sql92", gated)
+    monkeypatch.setattr(heartbeat_mod, "MAX_CHECKS_WAITING", 1)
+    ctx.config = dataclasses.replace(ctx.config, enable_property_filter=True)
+    proc = heartbeat_mod.ClientManageProcessor(ctx, heartbeat_mod.ConsumerIdsNotifier(ctx))
+    sender = SendProcessor(ctx)
+
+    async def scenario() -> None:
+        conn = FakeConn()
+        first = asyncio.ensure_future(proc.check_client_config(conn, _check_req("a > 1")))
+        await _until(gated.started.is_set, "the compile to start")
+        # the loop is free: a send is answered while the compile is held
+        assert (await sender.handle(FakeConn(), send_req("T_check"))).code == ResponseCode.SUCCESS
+        busy = await proc.check_client_config(conn, _check_req("b > 1"))
+        assert busy.code == ResponseCode.SYSTEM_BUSY and "waiting" in (busy.remark or "")
+        assert not first.done()
+        gated.gate.set()
+        assert (await first).code == ResponseCode.SUCCESS
+        bad = await proc.check_client_config(conn, _check_req("a > > 1"))
+        assert bad.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+
+    asyncio.run(scenario())
+    assert gated.calls == ["a > 1", "a > > 1"] and threading.main_thread().ident not in gated.threads
