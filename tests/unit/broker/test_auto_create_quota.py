@@ -144,6 +144,6 @@ def test_heartbeat_over_the_cap_is_refused_and_check_client_config_applies_sql_l
     nested = "(" * 40 + "a > 1" + ")" * 40
     body = json.dumps({"clientId": "c", "group": "H1", "subscriptionData": {
         "topic": "T", "subString": nested, "expressionType": "SQL92"}}).encode()
-    r = contextvars.copy_context().run(router, conn, RemotingCommand.request(RequestCode.CHECK_CLIENT_CONFIG,
-                                                                            body=body))
+    r = asyncio.run(contextvars.copy_context().run(router, conn, RemotingCommand.request(  # async: compiles off loop
+        RequestCode.CHECK_CLIENT_CONFIG, body=body)))
     assert r.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "deeper than 32" in r.remark
