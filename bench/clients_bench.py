@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -136,6 +137,7 @@ async def run_system(system: str, opts: Options) -> dict:
     finally:
         await driver.cleanup()
         await driver.stop()
+        shutil.rmtree(home, ignore_errors=True)  # the C++ client's logs
     cons = phases["consume"]
     per_msg_cons = (cons.server_cpu_s or 0.0) / max(1, cons.messages)
     cpu_per_million = {row: ((p.server_cpu_s or 0.0) / max(1, p.messages) + per_msg_cons) * 1e6
