@@ -268,7 +268,11 @@ class DedupService:
         # and id(req) -> (req, future, keys) to settle them in after_put
         self._waiting: dict[str, asyncio.Future[Any]] = {}
         self._appended: dict[int, tuple[Any, asyncio.Future[Any], list[str]]] = {}
+        # CommitLog end when this broker last became master: every record below it came by replication, including
+        # a received tail that is dispatched only after the switch (no confirm offset came from the dead master)
+        self._replicated_end = 0
         ctx.stats.counters.setdefault(HITS_COUNTER, 0)
+        ctx.role_listeners.append(self._on_role)
 
     # ---- SendHook ----
     def before_put(self, conn: Any, req: RemotingCommand, msgs: list[Any]) -> RemotingCommand | None:
@@ -497,10 +501,11 @@ class DedupService:
     def on_dispatch(self, req: DispatchRequest) -> None:
         """Dispatch listener: on a slave (classic HA or AutoSwitch), a record received by replication becomes
         visible; remember its key as the start-up scan would (any group, the first record of a key wins), so that
-        after a failover this broker answers a retry of it. On a master its own puts are remembered by after_put.
+        after a failover this broker answers a retry of it; also on a new master for the records it received as a
+        slave (below _replicated_end). On a master its own puts are remembered by after_put.
         The msgId is resolved from the CommitLog only on a hit (LAZY_ID): the record holds the master's host."""
         uniq = req.uniq_key
-        if uniq is None or not self.ctx.config.is_slave:
+        if uniq is None or (not self.ctx.config.is_slave and req.phys_offset >= self._replicated_end):
             return
         props = req.properties
         topic = req.topic
@@ -521,6 +526,13 @@ class DedupService:
         table.put(key, f"{ts}{SEP}{qid}{SEP}{req.queue_offset}{SEP}{LAZY_ID}{req.phys_offset}")  # encode_entry(None..)
         if ts - table._head_ts > table.window_ms or len(table.entries) > table.max_entries:
             table.evict(ts)  # evict()'s own fast exit, without the call
+
+    def _on_role(self, acting_master: bool) -> None:
+        """Role listener: on becoming master, the records received as a slave and not dispatched yet are still
+        remembered when they are (a producer's retry of one of them, sent to this new master after the old one
+        died before answering, is then answered instead of stored twice)."""
+        if not self.ctx.config.is_slave:
+            self._replicated_end = self.ctx.store.max_phys_offset
 
     # ---- journal ----
     def _encode_new_rows(self, covered: int, start: int, end: int, lines: list[bytes],

@@ -24,7 +24,8 @@ class _Clock:
 
 
 def _svc(tmp_path: Any, **cfg: Any) -> tuple[DedupService, _Clock, Any]:
-    ctx = SimpleNamespace(config=BrokerConfig(broker_ip1="127.0.0.1", **cfg), stats=BrokerStats(), send_hooks=[])
+    ctx = SimpleNamespace(config=BrokerConfig(broker_ip1="127.0.0.1", **cfg), stats=BrokerStats(), send_hooks=[],
+                          role_listeners=[])
     clock = _Clock()
     env = SimpleNamespace(clock=clock, config_dir=str(tmp_path), store_config=None, writes=BackgroundWrites())
     return DedupService(ctx, env), clock, ctx  # type: ignore[arg-type]

@@ -46,7 +46,8 @@ def _store(root: str, clock: _Clock) -> MessageStore:
 
 def _svc(tmp_path: Any, store: MessageStore, clock: _Clock, role: str = "SLAVE") -> DedupService:
     cfg = BrokerConfig(broker_ip1="127.0.0.1", broker_role=role, broker_id=1 if role == "SLAVE" else 0)
-    ctx = SimpleNamespace(config=cfg, stats=BrokerStats(), send_hooks=[], store=store, store_host="10.0.0.2:10911")
+    ctx = SimpleNamespace(config=cfg, stats=BrokerStats(), send_hooks=[], store=store, store_host="10.0.0.2:10911",
+                          role_listeners=[])
     env = SimpleNamespace(clock=clock, config_dir=str(tmp_path), store_config=store.config, writes=BackgroundWrites())
     svc = DedupService(ctx, env)  # type: ignore[arg-type]
     asyncio.run(svc.start())  # rebuild, then the dispatch listener
@@ -77,7 +78,10 @@ def _req(group: str = "PG") -> RemotingCommand:
 
 
 def _promote(svc: DedupService) -> None:
+    """The slave becomes master, told as BrokerContext.set_role tells the services (role listeners)."""
     svc.ctx.config = dataclasses.replace(svc.ctx.config, broker_role="SYNC_MASTER", broker_id=0)
+    for listener in svc.ctx.role_listeners:
+        listener(False)
 
 
 def test_a_replicated_message_retried_after_a_failover_is_answered_with_its_original_result(tmp_path: Any) -> None:
@@ -125,6 +129,26 @@ def test_a_replicas_table_persists_in_its_journal(tmp_path: Any) -> None:
     resp = reloaded.before_put(None, _req(), [_msg("K1")])
     assert resp is not None and resp.ext_fields["queueOffset"] == str(r.queue_offset)
     assert resp.ext_fields["msgId"].endswith(f"{r.phys_offset:016X}")
+
+
+def test_a_tail_received_as_slave_and_dispatched_after_the_switch_is_remembered(tmp_path: Any) -> None:
+    """The old master died before confirming its last records: the new master dispatches them only after it
+    became master. A producer's retry of one of them (its answer was lost with the old master) is answered with the
+    original, not stored a second time; the new master's own later dispatches are left to after_put."""
+    clock = _Clock()
+    master, slave = _store("/m", clock), _store("/s", clock)
+    replica = _svc(tmp_path / "s", slave, clock)
+    original = _put(master, _msg("TAIL", qid=1))
+    start = slave.max_phys_offset
+    slave.replica.append_raw(start, master.read_commitlog(start, master.max_phys_offset - start), dispatch=False)
+    assert len(replica.table) == 0  # received, not visible yet
+    _promote(replica)
+    slave.replica.dispatch_complete()  # visible now, on the new master
+    resp = replica.before_put(None, _req(), [_msg("TAIL", qid=3)])
+    assert resp is not None and resp.code == 0, "the retry of a replicated record would be stored twice"
+    assert (resp.ext_fields["queueId"], resp.ext_fields["queueOffset"]) == ("1", str(original.queue_offset))
+    _put(slave, _msg("OWN"))  # the new master's own put: dispatched past the switch point, not fed
+    assert table_key("OWN", "T", {}) not in replica.table.entries
 
 
 def test_a_master_does_not_feed_its_own_dispatches(tmp_path: Any) -> None:
