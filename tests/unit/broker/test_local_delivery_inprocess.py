@@ -9,7 +9,6 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from orbitmq.broker import Broker, BrokerConfig
 from orbitmq.broker.raft_mode.codec import decode_snapshot
 from orbitmq.broker.raft_mode.local_delivery import (
     SNAPSHOT_PART,
@@ -24,36 +23,11 @@ from orbitmq.model import Prop
 from orbitmq.model.topic import TopicConfig
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.remoting import RemotingClient
-from orbitmq.store import StoreConfig
 from orbitmq.store.results import MessageInner
-from orbitmq.testing.procs import free_port
+from tests.unit.broker.raft_inprocess import raft_brokers, until
 
 TOPIC = "LdTopic"
 GROUP = "ld-group"
-
-
-def _brokers(tmp_path: Path) -> list[Broker]:
-    ids = ["n0", "n1", "n2"]
-    peers = ";".join(f"{i}-127.0.0.1:{free_port()}" for i in ids)
-    out = []
-    for i in ids:
-        store = StoreConfig(str(tmp_path / i / "store"), mapped_file_size_commitlog=4 * 1024 * 1024,
-                            mapped_file_size_consume_queue=1000 * 20, max_message_size=64 * 1024)
-        cfg = BrokerConfig(broker_ip1="127.0.0.1", listen_port=0, broker_name="raft-ld", broker_role="SLAVE",
-                           broker_id=1, enable_dleger_commit_log=True, dleger_peers=peers, dleger_self_id=i,
-                           local_delivery_groups=GROUP, auto_create_topic_enable=True, raft_snapshot_every=20)
-        out.append(Broker(cfg, store))
-    return out
-
-
-async def _until(what: str, check: Any, timeout_s: float = 20.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while asyncio.get_running_loop().time() < deadline:
-        got = check()
-        if got:
-            return got
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _pop(n: int = 8, poll_ms: int = 2000, invisible_ms: int = 30_000) -> RemotingCommand:
@@ -76,7 +50,8 @@ def test_parse_groups_and_handle() -> None:
 
 def test_pop_on_every_member_ack_anywhere_and_consumer_down(tmp_path: Path) -> None:
     async def main() -> None:
-        brokers = _brokers(tmp_path)
+        brokers = raft_brokers(tmp_path, "raft-ld", local_delivery_groups=GROUP, auto_create_topic_enable=True,
+                               raft_snapshot_every=20)
         for b in brokers:
             await b.start()
             b.ctx.topics.create_or_update(TopicConfig(TOPIC, 4, 4))
@@ -89,13 +64,13 @@ def test_pop_on_every_member_ack_anywhere_and_consumer_down(tmp_path: Path) -> N
                 lead = [i for i, g in enumerate(groups) if g.driver.is_leader]
                 ok = len(lead) == 1 and all(g.driver.leader_id == groups[lead[0]].self_id for g in groups)
                 return lead[0] + 1 if ok else None
-            li = await _until("a leader every member knows", agreed) - 1
+            li = await until("a leader every member knows", agreed) - 1
             leader = brokers[li]
             # one consumer per member attaches (an empty pop with a short poll)
             for i, b in enumerate(brokers):
                 resp = await clients[i].invoke(b.addr, _pop(poll_ms=50), 5000)
                 assert resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND), resp.remark
-            await _until("3 consumers attached everywhere", lambda: all(
+            await until("3 consumers attached everywhere", lambda: all(
                 len(ld.replica.router.machines.get(f"{TOPIC}@{GROUP}").consumers) == 3  # type: ignore[union-attr]
                 if f"{TOPIC}@{GROUP}" in ld.replica.router.machines else False for ld in lds))
             for n in range(30):
@@ -151,7 +126,7 @@ def test_pop_on_every_member_ack_anywhere_and_consumer_down(tmp_path: Path) -> N
             a = await clients[3].invoke(brokers[0].addr, _ack(again.properties[Prop.POP_CK]), 5000)
             assert a.code == ResponseCode.SUCCESS
             # invisible-time change on a fresh delivery, then every machine ends equal
-            await _until("equal machines", lambda: len({ld.replica.router.machines[f"{TOPIC}@{GROUP}"].digest()
+            await until("equal machines", lambda: len({ld.replica.router.machines[f"{TOPIC}@{GROUP}"].digest()
                                                          for ld in lds}) == 1)
             m0 = lds[0].replica.router.machines[f"{TOPIC}@{GROUP}"]
             assert not m0.checkouts and not m0.ready and not m0.returns
@@ -173,7 +148,8 @@ def test_pop_on_every_member_ack_anywhere_and_consumer_down(tmp_path: Path) -> N
 
 def test_change_invisible_expiry_batch_ack_and_node_down(tmp_path: Path) -> None:
     async def main() -> None:
-        brokers = _brokers(tmp_path)
+        brokers = raft_brokers(tmp_path, "raft-ld", local_delivery_groups=GROUP, auto_create_topic_enable=True,
+                               raft_snapshot_every=20)
         for b in brokers:
             await b.start()
             b.ctx.topics.create_or_update(TopicConfig(TOPIC, 4, 4))
@@ -187,7 +163,7 @@ def test_change_invisible_expiry_batch_ack_and_node_down(tmp_path: Path) -> None
                 lead = [i for i, g in enumerate(groups) if g.driver.is_leader]
                 ok = len(lead) == 1 and all(g.driver.leader_id == groups[lead[0]].self_id for g in groups)
                 return lead[0] + 1 if ok else None
-            li = await _until("a leader every member knows", agreed) - 1
+            li = await until("a leader every member knows", agreed) - 1
             fi, fj = (li + 1) % 3, (li + 2) % 3
             # only the follower fi's consumer: it gets the message
             resp = await clients[fi].invoke(brokers[fi].addr, _pop(poll_ms=50), 5000)

@@ -7,43 +7,16 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
-from orbitmq.broker import Broker, BrokerConfig
 from orbitmq.broker.raft_mode.service import RaftGroupService
 from orbitmq.broker.raft_mode.state_machine import GroupStateMachine
-from orbitmq.store import StoreConfig
 from orbitmq.store.results import MessageInner
-from orbitmq.testing.procs import free_port
-
-
-def _brokers(tmp_path: Path) -> list[Broker]:
-    ids = ["n0", "n1", "n2"]
-    peers = ";".join(f"{i}-127.0.0.1:{free_port()}" for i in ids)
-    out = []
-    for i in ids:
-        store = StoreConfig(str(tmp_path / i / "store"), mapped_file_size_commitlog=4 * 1024 * 1024,
-                            mapped_file_size_consume_queue=1000 * 20, max_message_size=64 * 1024)
-        cfg = BrokerConfig(broker_ip1="127.0.0.1", listen_port=0, broker_name="raft-x", broker_role="SLAVE",
-                           broker_id=1, enable_dleger_commit_log=True, dleger_peers=peers, dleger_self_id=i,
-                           raft_snapshot_every=5)
-        out.append(Broker(cfg, store))
-    return out
-
-
-async def _until(what: str, check: Any, timeout_s: float = 20.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while asyncio.get_running_loop().time() < deadline:
-        got = check()
-        if got:
-            return got
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.unit.broker.raft_inprocess import raft_brokers, until
 
 
 def test_commands_forwarding_messages_listeners_and_snapshot_parts(tmp_path: Path) -> None:
     async def main() -> None:
-        brokers = _brokers(tmp_path)
+        brokers = raft_brokers(tmp_path, "raft-x", raft_snapshot_every=5)
         applied: dict[str, list[tuple[int, bytes]]] = {}
         stored: dict[str, list[str]] = {}
         parts: dict[str, list[bytes]] = {}
@@ -63,18 +36,18 @@ def test_commands_forwarding_messages_listeners_and_snapshot_parts(tmp_path: Pat
                 lead = next((g for g in groups if g.driver.is_leader), None)
                 return lead if lead is not None and ids == {lead.self_id} else None
 
-            leader = await _until("a leader every member knows", agreed)
+            leader = await until("a leader every member knows", agreed)
             follower = next(g for g in groups if g is not leader)
             assert await follower.forward_command(0x10, b"abc") == b"cba"
             assert await leader.forward_command(0x10, b"xyz") == b"zyx"
-            await _until("both commands on every member",
+            await until("both commands on every member",
                          lambda: all([p for _, p in applied[g.self_id]] == [b"abc", b"xyz"] for g in groups))
             indexes = {tuple(i for i, _ in applied[g.self_id]) for g in groups}
             assert len(indexes) == 1  # the same log index on every member
             for n in range(6):  # enough entries for a snapshot (raftSnapshotEvery=5)
                 result = await leader.ctx.store.put_message(MessageInner("RaftHooks", 0, b"m%d" % n, {}))
                 assert result.ok, result
-            await _until("every member stored the 6 messages",
+            await until("every member stored the 6 messages",
                          lambda: all(stored[g.self_id] == ["RaftHooks"] * 6 for g in groups))
             # the group snapshot carries each module's part; restoring it hands the part back
             sm: GroupStateMachine = leader.sm

@@ -9,38 +9,17 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
 
 import orjson
 
-from orbitmq.broker import Broker, BrokerConfig
+from orbitmq.broker import Broker
 from orbitmq.broker.raft_mode.codec import METADATA_PART, OFFSET_DELTA, decode_snapshot
 from orbitmq.broker.raft_mode.service import OFFSETS_EVERY_S, RaftGroupService
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from orbitmq.store import StoreConfig
 from orbitmq.store.results import MessageInner
-from orbitmq.testing.procs import free_port
+from tests.unit.broker.raft_inprocess import raft_broker, raft_peers, until
 
 IDS = ["n0", "n1", "n2"]
-
-
-def _broker(tmp_path: Path, peers: str, node: str, snapshot_every: int = 8) -> Broker:
-    store = StoreConfig(str(tmp_path / node / "store"), mapped_file_size_commitlog=4 * 1024 * 1024,
-                        mapped_file_size_consume_queue=1000 * 20, max_message_size=64 * 1024)
-    cfg = BrokerConfig(broker_ip1="127.0.0.1", listen_port=0, broker_name="raft-m", broker_role="SLAVE",
-                       broker_id=1, enable_dleger_commit_log=True, dleger_peers=peers, dleger_self_id=node,
-                       raft_snapshot_every=snapshot_every)
-    return Broker(cfg, store)
-
-
-async def _until(what: str, check: Any, timeout_s: float = 20.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while asyncio.get_running_loop().time() < deadline:
-        got = check()
-        if got:
-            return got
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _queue_topics(svc: RaftGroupService) -> set[str]:
@@ -65,8 +44,8 @@ def _group_body(name: str, retry_max: int) -> bytes:
 
 def test_admin_metadata_and_offsets_replicate_through_the_log(tmp_path: Path) -> None:
     async def main() -> None:
-        peers = ";".join(f"{i}-127.0.0.1:{free_port()}" for i in IDS)
-        brokers = {i: _broker(tmp_path, peers, i) for i in IDS}
+        peers = raft_peers(IDS)
+        brokers = {i: raft_broker(tmp_path, peers, i, "raft-m", raft_snapshot_every=8) for i in IDS}
         for b in brokers.values():
             await b.start()
         try:
@@ -75,7 +54,7 @@ def test_admin_metadata_and_offsets_replicate_through_the_log(tmp_path: Path) ->
                 lead = next((s for s in svcs if s.driver.is_leader), None)
                 return lead if lead is not None and {s.driver.leader_id for s in svcs} == {lead.self_id} else None
 
-            leader = await _until("a leader every member knows", agreed)
+            leader = await until("a leader every member knows", agreed)
             followers = [_svc(b) for i, b in brokers.items() if i != leader.self_id]
             every = [leader, *followers]
 
@@ -86,7 +65,7 @@ def test_admin_metadata_and_offsets_replicate_through_the_log(tmp_path: Path) ->
             resp = await _call(leader, RequestCode.UPDATE_AND_CREATE_TOPIC, {
                 "topic": "TopicA", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"})
             assert resp.code == ResponseCode.SUCCESS, resp.remark
-            await _until("TopicA on every member", lambda: all(s.ctx.topics.get("TopicA") for s in every), 5)
+            await until("TopicA on every member", lambda: all(s.ctx.topics.get("TopicA") for s in every), 5)
             for q in range(2):
                 put = await leader.ctx.store.put_message(MessageInner("TopicA", q, b"x", {}))
                 assert put.ok, put
@@ -94,28 +73,28 @@ def test_admin_metadata_and_offsets_replicate_through_the_log(tmp_path: Path) ->
             assert resp.code == ResponseCode.SUCCESS, resp.remark
             # applied on the leader before the answer, on the followers at their apply of the same entry
             assert leader.ctx.groups.get("GroupA").retry_max_times == 5  # type: ignore[union-attr]
-            await _until("GroupA on every member", lambda: all(
+            await until("GroupA on every member", lambda: all(
                 (g := s.ctx.groups.get("GroupA")) is not None and g.retry_max_times == 5 for s in every), 5)
             resp = await _call(leader, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, _group_body("GroupA", 9))
             assert resp.code == ResponseCode.SUCCESS
-            await _until("GroupA updated on every member", lambda: all(
+            await until("GroupA updated on every member", lambda: all(
                 s.ctx.groups.get("GroupA").retry_max_times == 9 for s in every), 5)  # type: ignore[union-attr]
 
             # consumer offsets committed on the leader reach the followers within a few delta rounds
             committed = time.monotonic()
             leader.ctx.offsets.commit("GroupA", "TopicA", 0, 1)
             leader.ctx.offsets.commit("GroupA", "TopicA", 1, 1)
-            await _until("the offsets on every follower", lambda: all(
+            await until("the offsets on every follower", lambda: all(
                 s.ctx.offsets.query("GroupA", "TopicA", 1) == 1 for s in followers), 5)
             lag = time.monotonic() - committed
             assert lag < 20 * OFFSETS_EVERY_S, f"offsets reached the followers after {lag:.2f} s"
             assert leader.offset_deltas >= 1
 
             # a topic deletion removes config, offsets and queues everywhere; adoption cannot bring it back
-            await _until("TopicA's queues on every member", lambda: all("TopicA" in _queue_topics(s) for s in every))
+            await until("TopicA's queues on every member", lambda: all("TopicA" in _queue_topics(s) for s in every))
             resp = await _call(leader, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TopicA"})
             assert resp.code == ResponseCode.SUCCESS, resp.remark
-            await _until("TopicA gone everywhere", lambda: all("TopicA" not in s.ctx.topics for s in every), 5)
+            await until("TopicA gone everywhere", lambda: all("TopicA" not in s.ctx.topics for s in every), 5)
             for s in every:
                 s.adopt_topics()
                 assert "TopicA" not in s.ctx.topics, s.self_id
@@ -124,14 +103,14 @@ def test_admin_metadata_and_offsets_replicate_through_the_log(tmp_path: Path) ->
 
             # a group deletion with removeOffset
             leader.ctx.offsets.commit("GroupB", "TopicB", 0, 3)
-            await _until("GroupB offsets on the followers", lambda: all(
+            await until("GroupB offsets on the followers", lambda: all(
                 s.ctx.offsets.query("GroupB", "TopicB", 0) == 3 for s in followers), 5)
             resp = await _call(leader, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, _group_body("GroupB", 2))
             assert resp.code == ResponseCode.SUCCESS
             resp = await _call(leader, RequestCode.DELETE_SUBSCRIPTIONGROUP,
                                {"groupName": "GroupB", "removeOffset": "true"})
             assert resp.code == ResponseCode.SUCCESS
-            await _until("GroupB gone everywhere", lambda: all(
+            await until("GroupB gone everywhere", lambda: all(
                 s.ctx.groups.get("GroupB") is None and s.ctx.offsets.query("GroupB", "TopicB", 0) == -1
                 for s in every), 5)
 
@@ -146,7 +125,7 @@ def test_admin_metadata_and_offsets_replicate_through_the_log(tmp_path: Path) ->
             resp = await _call(leader, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, _group_body("GroupD", 3))
             assert resp.code == ResponseCode.SUCCESS
             assert (await leader.ctx.store.put_message(MessageInner("TopicF", 0, b"f", {}))).ok
-            await _until("GroupD and TopicF on the member going down", lambda: down.ctx.groups.get("GroupD")
+            await until("GroupD and TopicF on the member going down", lambda: down.ctx.groups.get("GroupD")
                          is not None and down.adopt_topics() is None and "TopicF" in down.ctx.topics, 5)
             await brokers[down.self_id].stop()
             assert "TopicF" in _queue_topics(leader)
@@ -163,17 +142,17 @@ def test_admin_metadata_and_offsets_replicate_through_the_log(tmp_path: Path) ->
             resp = await _call(leader, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TopicC"})
             assert resp.code == ResponseCode.SUCCESS
             leader.ctx.offsets.commit("GroupA", "TopicD", 0, 42)
-            await _until("the last offset on the surviving follower", lambda: followers[0].ctx.offsets.query(
+            await until("the last offset on the surviving follower", lambda: followers[0].ctx.offsets.query(
                 "GroupA", "TopicD", 0) == 42)
             for n in range(10):
                 assert (await leader.ctx.store.put_message(MessageInner("TopicE", 0, b"e%d" % n, {}))).ok
             assert leader.driver.status()["snapshot_index"] > 0
 
-            back = _broker(tmp_path, peers, down.self_id)
+            back = raft_broker(tmp_path, peers, down.self_id, "raft-m", raft_snapshot_every=8)
             brokers[down.self_id] = back
             await back.start()
             svc = _svc(back)
-            await _until("the restarted member caught up", lambda: svc.sm.applied >= leader.sm.applied
+            await until("the restarted member caught up", lambda: svc.sm.applied >= leader.sm.applied
                          and svc.sm.behind is None, 30)
             assert svc.fetched_bytes > 0  # it came back behind the leader's compaction: snapshot installed
             assert svc.ctx.groups.get("GroupC") is not None and svc.ctx.groups.get("GroupB") is None
@@ -189,16 +168,16 @@ def test_admin_metadata_and_offsets_replicate_through_the_log(tmp_path: Path) ->
 
             # every member restarts (own snapshot, applied checkpoint, the entries after it applied again)
             target = max(_svc(b).sm.applied for b in brokers.values())
-            await _until("every member's applied checkpoint written", lambda: all(
+            await until("every member's applied checkpoint written", lambda: all(
                 _svc(b).sm.applied >= target and _svc(b)._checkpoint_written[0] >= target for b in brokers.values()))
             for b in reversed(list(brokers.values())):
                 await b.stop()
-            brokers = {i: _broker(tmp_path, peers, i) for i in IDS}
+            brokers = {i: raft_broker(tmp_path, peers, i, "raft-m", raft_snapshot_every=8) for i in IDS}
             for b in brokers.values():
                 await b.start()
-            leader = await _until("a leader after the restart", agreed)
+            leader = await until("a leader after the restart", agreed)
             for s in (_svc(b) for b in brokers.values()):
-                await _until(f"{s.self_id} applied the log", lambda s=s: s.sm.applied >= target)
+                await until(f"{s.self_id} applied the log", lambda s=s: s.sm.applied >= target)
                 s.adopt_topics()
                 assert s.ctx.groups.get("GroupA").retry_max_times == 9, s.self_id  # type: ignore[union-attr]
                 assert s.ctx.groups.get("GroupD") is None and s.ctx.groups.get("GroupB") is None, s.self_id
@@ -216,14 +195,14 @@ def test_offset_delta_is_skipped_only_by_the_leader_that_proposed_it(tmp_path: P
     """Applying the log again (restart) or on a member that became leader later takes every delta; only the
     proposing leader, in the term it proposed in, keeps its own newer table."""
     async def main() -> None:
-        peers = f"n0-127.0.0.1:{free_port()}"
-        b = _broker(tmp_path, peers, "n0")
+        peers = raft_peers(("n0",))
+        b = raft_broker(tmp_path, peers, "n0", "raft-m", raft_snapshot_every=8)
         await b.start()
         try:
             svc = _svc(b)
-            await _until("the single member leads", lambda: svc.driver.is_leader)
+            await until("the single member leads", lambda: svc.driver.is_leader)
             b.ctx.offsets.commit("G", "T", 0, 10)
-            await _until("the delta proposed", lambda: not svc._offset_changes and svc.offset_deltas >= 1)
+            await until("the delta proposed", lambda: not svc._offset_changes and svc.offset_deltas >= 1)
             b.ctx.offsets.commit("G", "T", 0, 11)  # newer than the entry: the leader's own delta leaves it
             payload = orjson.dumps({"by": "n0", "term": svc.driver.term, "offsets": {"T@G": {"0": 10}}})
             svc._apply_offset_delta(99, payload)
@@ -245,12 +224,12 @@ def test_a_deletion_applied_again_at_start_keeps_the_queues_of_a_later_re_creati
     """The log is applied again from its start; MESSAGES entries below the applied checkpoint are skipped (already in
     the CommitLog), so a TOPIC_DELETE below it must not drop the queues the re-created topic filled since."""
     async def main() -> None:
-        peers = f"n0-127.0.0.1:{free_port()}"
-        b = _broker(tmp_path, peers, "n0", snapshot_every=10_000)
+        peers = raft_peers(("n0",))
+        b = raft_broker(tmp_path, peers, "n0", "raft-m", raft_snapshot_every=10_000)
         await b.start()
         try:
             svc = _svc(b)
-            await _until("the single member leads", lambda: svc.driver.is_leader)
+            await until("the single member leads", lambda: svc.driver.is_leader)
             create = {"topic": "TopicR", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"}
             assert (await _call(svc, RequestCode.UPDATE_AND_CREATE_TOPIC, create)).code == ResponseCode.SUCCESS
             for n in range(2):
@@ -261,14 +240,14 @@ def test_a_deletion_applied_again_at_start_keeps_the_queues_of_a_later_re_creati
             for n in range(3):
                 assert (await b.ctx.store.put_message(MessageInner("TopicR", 0, b"new%d" % n, {}))).ok
             target = svc.sm.applied
-            await _until("the applied checkpoint written", lambda: svc._checkpoint_written[0] >= target)
+            await until("the applied checkpoint written", lambda: svc._checkpoint_written[0] >= target)
         finally:
             await b.stop()
-        b = _broker(tmp_path, peers, "n0", snapshot_every=10_000)
+        b = raft_broker(tmp_path, peers, "n0", "raft-m", raft_snapshot_every=10_000)
         await b.start()
         try:
             svc = _svc(b)
-            await _until("the log applied again", lambda: svc.sm.applied >= target)
+            await until("the log applied again", lambda: svc.sm.applied >= target)
             svc.adopt_topics()
             assert "TopicR" in svc.ctx.topics
             assert svc.real_store.cq_table.queue_max_offsets().get(("TopicR", 0)) == 3
