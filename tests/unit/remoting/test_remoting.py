@@ -6,26 +6,10 @@ import socket
 import struct
 
 import pytest
-import uvloop
 
 from orbitmq.base.errors import ConfigError, RemotingConnectError, RemotingTimeoutError
 from orbitmq.protocol import FrameDecoder, RemotingCommand, RequestCode, ResponseCode, encode_frame
 from orbitmq.remoting import Connection, RemotingClient, RemotingServer
-
-
-@pytest.fixture(params=["asyncio", "uvloop"])
-def run(request):
-    """Run a test coroutine on the stdlib loop and on uvloop (which the CLI installs)."""
-    factory = uvloop.new_event_loop if request.param == "uvloop" else asyncio.new_event_loop
-
-    def runner(coro, timeout=20):
-        async def bounded():
-            return await asyncio.wait_for(coro, timeout)
-
-        with asyncio.Runner(loop_factory=factory) as r:
-            return r.run(bounded())
-
-    return runner
 
 
 def echo(conn: Connection, cmd: RemotingCommand):
