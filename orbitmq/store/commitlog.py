@@ -172,6 +172,8 @@ class CommitLog:
         written, nothing taken) when the input is not such a run or a check fails: the general path then
         produces the same records or the same refusal."""
         first = msgs[0]
+        if len(msgs) == 1:
+            return self._append_one(first)
         topic_s, queue_id, born_s, store_s = first.topic, first.queue_id, first.born_host, first.store_host
         topic = topic_s.encode("utf-8")
         hosts = self._hosts
@@ -236,6 +238,68 @@ class CommitLog:
         result = PutResult(PutStatus.PUT_OK, base + start_pos, total, msg_ids, first_queue_offset, len(msgs),
                            store_ts)
         return Appended(result, base + pos, requests)
+
+    def _append_one(self, m: MessageInner) -> Appended | None:
+        """_append_run of a single message (every plain single send): the same checks, record, result and dispatch
+        request, without the run's lists, loops and zip; the common segment case (room left, the next segment
+        already prepared or not yet due) read inline. None exactly where _append_run declines."""
+        tx = m.sys_flag & TRANSACTION_MASK
+        if tx == _PREPARED or tx == _ROLLBACK:
+            return None
+        topic_s = m.topic
+        topic = topic_s.encode("utf-8")
+        hosts = self._hosts
+        born = hosts.get(m.born_host)
+        store = hosts.get(m.store_host)
+        if not topic or len(topic) > 127 or born is None or store is None:
+            return None
+        props = m.properties
+        try:  # encode_properties' own fast path, without its call (the same text)
+            props_b = _join_props(map(_join_pair, props.items())).encode("utf-8")
+        except (TypeError, AttributeError):  # a None or non-str value, or no properties at all
+            props_b = encode_properties(props).encode("utf-8")
+        body_len = len(m.body)
+        props_len = len(props_b)
+        size = 75 + len(born) + len(store) + body_len + len(topic) + props_len  # record_size, inlined
+        if body_len > self.config.max_message_size or props_len > MAX_PROPERTIES_SIZE or size > self._max_record:
+            return None
+        segments = self.segments
+        if size + BLANK_SIZE > segments.segment_size:
+            return None
+        segs = segments.segments
+        seg = segs[-1] if segs else None
+        if (seg is None or seg.size - seg.wrote_position < size + BLANK_SIZE
+                or (seg.wrote_position >= self._prepare_at and segments.ahead_of != seg.start_offset)):
+            seg = self._writable_segment(size)  # roll, filler or prepare-ahead: the general segment pick
+        now = self.clock.now_ms()
+        store_ts = self.last_store_timestamp
+        if now > store_ts:
+            store_ts = self.last_store_timestamp = now
+        pos = seg.wrote_position
+        base = seg.start_offset
+        table = self.topic_queue_table
+        queue_id = m.queue_id
+        key = f"{topic_s}-{queue_id}"
+        queue_offset = table.get(key, 0)
+        try:
+            msg_ids = encode_run_into(seg.buf, pos, topic, born, store, queue_id, queue_offset, base, store_ts, [m],
+                                      [props_b], store.hex().upper())
+        except (struct.error, OverflowError, ValueError, TypeError):  # a header field out of its Java range
+            return Appended(PutResult(PutStatus.MESSAGE_ILLEGAL), -1, [])  # no queue offset taken yet
+        phys = base + pos
+        request = DispatchRequest(
+            topic_s, queue_id, phys, size,
+            delivery_time(props, store_ts, self.config.message_delay_level) if topic_s == SCHEDULE_TOPIC
+            else tag_code(props.get(Prop.TAGS)),
+            store_ts, queue_offset, props.get(Prop.KEYS), props.get(Prop.UNIQ_KEY), m.sys_flag,
+            m.prepared_transaction_offset, props,
+        )
+        table[key] = queue_offset + 1
+        end = pos + size
+        seg.backing.mark_written(pos, end)
+        seg.wrote_position = end
+        return Appended(PutResult(PutStatus.PUT_OK, phys, size, msg_ids, queue_offset, 1, store_ts), base + end,
+                        [request])
 
     def _append_general(self, msgs: list[MessageInner]) -> Appended:
         """append() for any input (mixed topics/queues/hosts, transaction halves): per-message checks."""
