@@ -143,6 +143,23 @@ class SendProcessor:
         self._valid_topics: set[str] = set()
         self._valid_groups: set[str] = set()
         self._max_delay_level = len(delay_table(ctx.config.message_delay_level))
+        # the send hooks' bound methods, rebuilt whenever ctx.send_hooks holds other hooks than when they were
+        # bound (services append to it at start-up, lease mode later); after_put of a hook that declares it a
+        # no-op (after_put_noop = True) is not called
+        self._hooks_seen: list[Any] | None = None
+        self._before_put: tuple[Any, ...] = ()
+        self._after_put: tuple[Any, ...] = ()
+
+    def _bind_hooks(self, hooks: list[Any]) -> None:
+        self._before_put = tuple(h.before_put for h in hooks)
+        self._after_put = tuple(h.after_put for h in hooks if getattr(h, "after_put_noop", False) is not True)
+        self._hooks_seen = list(hooks)
+
+    def _after_puts(self) -> tuple[Any, ...]:
+        hooks = self.ctx.send_hooks
+        if hooks != self._hooks_seen:  # a C-level compare, identity first per element
+            self._bind_hooks(hooks)
+        return self._after_put
 
     def _base_ext(self) -> dict[str, str]:
         cfg = self.ctx.config
@@ -179,14 +196,16 @@ class SendProcessor:
             resp.ext_fields = self._base_ext()
             return resp
         hooks = ctx.send_hooks
-        for hook in hooks:
-            early = hook.before_put(conn, req, msgs)
+        if hooks != self._hooks_seen:  # a C-level compare, identity first per element
+            self._bind_hooks(hooks)
+        for before in self._before_put:
+            early = before(conn, req, msgs)
             if early is not None:
                 return early
         result, wait_end = ctx.store.put_messages_nowait(msgs)
         if wait_end < 0:
-            for hook in hooks:
-                hook.after_put(conn, req, msgs, result)
+            for after in self._after_put:
+                after(conn, req, msgs, result)
             return self._response(req, result, queue_id, msgs[0])
         for hook in hooks:  # stored, now waiting for a flush / slave: hooks that must know at once (dedup)
             appended = getattr(hook, "after_append", None)
@@ -201,8 +220,8 @@ class SendProcessor:
                         result: PutResult) -> None:
         """The group commit covered a DEFERRED put (or timed out): finish it as _wait_flushed does."""
         try:
-            for hook in self.ctx.send_hooks:
-                hook.after_put(conn, req, msgs, result)
+            for after in self._after_puts():
+                after(conn, req, msgs, result)
             resp = self._response(req, result, queue_id, msgs[0])
         except Exception as e:
             conn.reply_error(req, e)
@@ -212,8 +231,8 @@ class SendProcessor:
     async def _wait_flushed(self, conn: Any, req: RemotingCommand, msgs: list[MessageInner], result: PutResult,
                             wait_end: int, queue_id: int) -> RemotingCommand:
         result = await self.ctx.store.wait_put_flushed(result, wait_end)
-        for hook in self.ctx.send_hooks:
-            hook.after_put(conn, req, msgs, result)
+        for after in self._after_puts():
+            after(conn, req, msgs, result)
         return self._response(req, result, queue_id, msgs[0])
 
     # ----- shared checks (§3.1 steps 1-4) -----

@@ -382,6 +382,20 @@ class DedupService:
         ts = result.store_timestamp or self.env.clock.now_ms()
         ids = result.msg_ids
         table = self.table
+        if len(msgs) == 1:  # a single send: the loop below for one message, without its per-run set-up
+            m = msgs[0]
+            props = m.properties
+            uniq = props.get(_UNIQ_KEY)
+            if uniq is not None and ids:
+                topic = m.topic
+                real = props.get(_REAL_TOPIC)
+                if (m.reconsume_times <= 0 and not topic.startswith(_SKIP_PREFIXES) and topic not in _SKIP_TOPICS
+                        and (real is None or not real.startswith(_SKIP_PREFIXES))):
+                    qid = m.queue_id if real is None else _response_queue_id(props, m.queue_id)
+                    table.put(f"{uniq}{SEP}{real or topic}",
+                              f"{ts}{SEP}{qid}{SEP}{result.queue_offset}{SEP}{ids[0]}{SEP}{group}")
+            table.evict(ts)
+            return
         put = table.put
         first = msgs[0]
         qid = _response_queue_id(first.properties, first.queue_id)
@@ -505,7 +519,7 @@ class DedupService:
         slave (below _replicated_end). On a master its own puts are remembered by after_put.
         The msgId is resolved from the CommitLog only on a hit (LAZY_ID): the record holds the master's host."""
         uniq = req.uniq_key
-        if uniq is None or (not self.ctx.config.is_slave and req.phys_offset >= self._replicated_end):
+        if uniq is None or (req.phys_offset >= self._replicated_end and not self.ctx.config.is_slave):
             return
         props = req.properties
         topic = req.topic

@@ -49,6 +49,8 @@ def _wake_up(waiter: asyncio.Future[None]) -> None:
 class TimerSendHook:
     """before_put: diverts timer messages (delivery time in the future) into rmq_sys_wheel_timer queue 0."""
 
+    after_put_noop = True  # nothing to do after a put: the send handler skips the call
+
     def __init__(self, ctx: BrokerContext, clock: Any) -> None:
         self.ctx = ctx
         self.clock = clock

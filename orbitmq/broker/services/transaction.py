@@ -54,6 +54,8 @@ _DROP_ON_COMMIT = (Prop.REAL_TOPIC, Prop.REAL_QID, Prop.TRAN_MSG)
 class TransactionSendHook:
     """before_put: a TRAN_MSG=true message becomes a half message of RMQ_SYS_TRANS_HALF_TOPIC queue 0."""
 
+    after_put_noop = True  # nothing to do after a put: the send handler skips the call
+
     def before_put(self, conn: Any, req: Any, msgs: list[MessageInner]) -> Any | None:
         if len(msgs) != 1:  # the send handler refuses transactional batches: skip the per-message lookups
             return None

@@ -156,6 +156,28 @@ def test_after_put_remembers_what_the_per_message_rules_say(tmp_path: Any) -> No
     assert list(svc.table.entries) == ["OLD", *expected]
 
 
+def test_single_send_fast_path_remembers_what_the_batch_loop_does(tmp_path: Any) -> None:
+    """after_put of one message (its own fast path) leaves the same table entries as the per-message loop of a
+    longer put (the same message followed by one without a key, which the loop skips)."""
+    cases = [
+        _msg("K0"), _msg(None), _msg("K2", **{Prop.REAL_TOPIC: "%RETRY%G"}),
+        _msg("K3", **{Prop.REAL_TOPIC: "T", Prop.REAL_QID: "5"}), _msg("K4", **{Prop.REAL_TOPIC: "T2"}),
+        _msg("K5", **{Prop.REAL_TOPIC: "", Prop.REAL_QID: "x"}), _msg("K6", topic="%DLQ%G"),
+        _msg("K7", reconsume=1), _msg("K8", topic="RMQ_SYS_TRANS_OP_HALF_TOPIC"), _msg("K9", topic="U"),
+    ]
+    for status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.SERVICE_NOT_AVAILABLE):
+        for ids in (1, 0):
+            single, _c1, _x1 = _svc(tmp_path / "s")
+            loop, _c2, _x2 = _svc(tmp_path / "l")
+            for m in cases:
+                r1 = PutResult(status, 100, 10, [f"ID{m.properties.get(Prop.UNIQ_KEY)}"] * ids, 7, 1, 1_000_000)
+                r2 = PutResult(status, 100, 20, r1.msg_ids + ["IDX"] * ids, 7, 2, 1_000_000)
+                single.after_put(None, _req(), [m], r1)
+                loop.after_put(None, _req(), [m, _msg(None)], r2)
+            assert list(single.table.entries.items()) == list(loop.table.entries.items())
+            assert (len(single.table) > 0) == (status is not PutStatus.SERVICE_NOT_AVAILABLE and ids == 1)
+
+
 def test_eviction_order_log_skips_reput_keys_and_compacts() -> None:
     t = DedupTable(window_ms=1000, max_entries=100_000)
     for i in range(20_000):
