@@ -10,7 +10,9 @@ Producer with `--senders` concurrent senders each waiting for its ack (the clien
 `--senders` processes of the official C++ client's synchronous sends (bench/load_worker.py, the cpp_pN rows).
 After a warm-up (500 sends / one per worker), the profile covers exactly the timed sends; the broker's
 utime+stime over the same window is printed per message. cProfile adds a fixed cost per Python call, so read the
-shares, not the absolute times; compare trees with PYTHONPATH=<tree>.
+shares, not the absolute times; compare trees with PYTHONPATH=<tree>. PROFILE_TIMER=wall uses perf_counter as the
+profiler's clock: far less overhead per call than process_time (a system call per event), so the shares of
+call-heavy functions are less inflated, but time descheduled inside a call counts too.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ WORKER = ROOT / "bench" / "load_worker.py"
 
 def serve(out: str, argv: list[str]) -> None:
     """The broker process: orbitmq's CLI with the profiler switched by signals."""
-    prof = cProfile.Profile(time.process_time)
+    # process_time is a system call per profiler event: it inflates functions that make many small calls; the
+    # cheaper perf_counter (PROFILE_TIMER=wall) is right inside one request, as the broker is on-CPU there
+    prof = cProfile.Profile(time.perf_counter if os.environ.get("PROFILE_TIMER") == "wall" else time.process_time)
 
     def stop(*_: object) -> None:
         prof.disable()

@@ -15,7 +15,7 @@ from typing import Any
 
 from orbitmq.base.clock import now_ms
 from orbitmq.base.native import speedups
-from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.context import BrokerContext, _open_fence
 from orbitmq.broker.metadata.topics import (
     OFFSET_MOVED_EVENT,
     SCHEDULE_TOPIC,
@@ -241,9 +241,11 @@ class SendProcessor:
         cfg = ctx.config
         if cfg.broker_role == "SLAVE":  # cfg.is_slave without the property call
             raise SendReject(ResponseCode.SERVICE_NOT_AVAILABLE, _PUT_CODES[PutStatus.SERVICE_NOT_AVAILABLE][1] or "")
-        fence = ctx.write_fence()  # controller mode: no write lease / too few in-sync replicas
-        if fence is not None:
-            raise SendReject(*fence)
+        write_fence = ctx.write_fence
+        if write_fence is not _open_fence:  # controller mode: no write lease / too few in-sync replicas
+            fence = write_fence()
+            if fence is not None:
+                raise SendReject(*fence)
         start = cfg.start_accept_send_request_time_stamp
         if start and now_ms() < start:
             raise SendReject(ResponseCode.SYSTEM_ERROR, f"broker unable to service, until {start}")
@@ -298,9 +300,12 @@ class SendProcessor:
         ctx = self.ctx
         topic = h.topic
         sys_flag = h.sys_flag
-        self._check_producer_group(h.producer_group)
+        if h.producer_group not in self._valid_groups:
+            self._check_producer_group(h.producer_group)
         tc = self._check_topic(conn, h, topic, batch=False)
-        queue_id = self._pick_queue(conn, tc, h.queue_id)
+        queue_id = h.queue_id
+        if queue_id < 0 or (queue_id >= tc.write_queue_nums and queue_id >= tc.read_queue_nums):
+            queue_id = self._pick_queue(conn, tc, queue_id)  # round robin, or the refusal
         props = decode_properties(h.properties)
         reconsume_times = h.reconsume_times
         if topic.startswith(RETRY_PREFIX):
