@@ -132,11 +132,46 @@ static PyObject *sp_java_hash(PyObject *self, PyObject *s) {
 /* command_from_header(cls, header, body) -> cls instance or None.
  * header is what orjson.loads gave for a serialize-type-0 header. The common shape only: a dict whose code,
  * version, opaque and flag are ints (code present, the others default to 0), language a str, remark absent/null
- * or a str, extFields absent/null or a dict of str values (kept as is, not copied). Anything else returns None
- * and protocol/header_json.py's general decoder decides (conversions, defaults and ProtocolErrors). */
+ * or a str, extFields absent/null or a dict of str values (kept as is, not copied) or of str keys and str / int /
+ * bool / null values (the C++ client sends queueId, sysFlag, flag and defaultTopicQueueNums as numbers): a new
+ * dict as the general decoder converts it (ints in decimal, booleans "true"/"false", nulls dropped). Anything
+ * else returns None and protocol/header_json.py's general decoder decides (conversions, defaults and
+ * ProtocolErrors). */
 static PyObject *hdr_keys[7];  /* code, version, opaque, flag, language, remark, extFields */
 static PyObject *cmd_attrs[9]; /* code, version, opaque, flag, language, remark, ext_fields, body, serialize_type */
-static PyObject *int_zero;
+static PyObject *int_zero, *str_true, *str_false;
+
+/* extFields with a non-str value -> the converted copy, or None (not converted here) with no error set. */
+static PyObject *ext_converted(PyObject *ext) {
+    Py_ssize_t pos = 0;
+    PyObject *k, *val;
+    while (PyDict_Next(ext, &pos, &k, &val))
+        if (!PyUnicode_CheckExact(k) || !(PyUnicode_CheckExact(val) || val == Py_None || val == Py_True ||
+                                          val == Py_False || PyLong_CheckExact(val)))
+            return Py_NewRef(Py_None);
+    PyObject *out = PyDict_New();
+    if (out == NULL) return NULL;
+    pos = 0;
+    while (PyDict_Next(ext, &pos, &k, &val)) {
+        PyObject *text;
+        if (val == Py_None) continue;
+        if (val == Py_True) text = Py_NewRef(str_true);
+        else if (val == Py_False) text = Py_NewRef(str_false);
+        else if (PyUnicode_CheckExact(val)) text = Py_NewRef(val);
+        else if ((text = PyObject_Str(val)) == NULL) { /* e.g. beyond the int str() digit limit: general path */
+            PyErr_Clear();
+            Py_DECREF(out);
+            return Py_NewRef(Py_None);
+        }
+        int rc = PyDict_SetItem(out, k, text);
+        Py_DECREF(text);
+        if (rc < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
 
 static int header_names_init(void) {
     static const char *keys[7] = {"code", "version", "opaque", "flag", "language", "remark", "extFields"};
@@ -147,7 +182,9 @@ static int header_names_init(void) {
     for (int i = 0; i < 9; i++)
         if ((cmd_attrs[i] = PyUnicode_InternFromString(attrs[i])) == NULL) return -1;
     int_zero = PyLong_FromLong(0);
-    return int_zero == NULL ? -1 : 0;
+    str_true = PyUnicode_InternFromString("true");
+    str_false = PyUnicode_InternFromString("false");
+    return int_zero == NULL || str_true == NULL || str_false == NULL ? -1 : 0;
 }
 
 /* Where cls stores each of cmd_attrs: __slots__ members are written in place (what their descriptors do),
@@ -211,32 +248,44 @@ static PyObject *sp_command_from_header(PyObject *self, PyObject *const *args, P
     x = PyDict_GetItemWithError(d, hdr_keys[6]); /* extFields */
     if (x == NULL && PyErr_Occurred()) return NULL;
     if (x == NULL) x = Py_None;
+    PyObject *converted = NULL; /* owned: extFields converted from non-str values */
     if (x != Py_None) {
         if (!PyDict_CheckExact(x)) Py_RETURN_NONE;
         Py_ssize_t pos = 0;
         PyObject *k, *val;
         while (PyDict_Next(x, &pos, &k, &val))
-            if (!PyUnicode_CheckExact(val)) Py_RETURN_NONE;
+            if (!PyUnicode_CheckExact(val)) {
+                converted = ext_converted(x);
+                if (converted == NULL || converted == Py_None) return converted;
+                x = converted;
+                break;
+            }
     }
     v[6] = x;
     v[7] = args[2];
     v[8] = zero;
     PyTypeObject *tp = (PyTypeObject *)cls;
     PyObject *cmd = tp->tp_alloc(tp, 0);
-    if (cmd == NULL) return NULL;
+    if (cmd == NULL) {
+        Py_XDECREF(converted);
+        return NULL;
+    }
     if (slot_offsets(tp)) {
         for (int i = 0; i < 9; i++) {
             PyObject **slot = (PyObject **)((char *)cmd + slots_off[i]);
             Py_XSETREF(*slot, Py_NewRef(v[i]));
         }
+        Py_XDECREF(converted);
         return cmd;
     }
     for (int i = 0; i < 9; i++) {
         if (PyObject_SetAttr(cmd, cmd_attrs[i], v[i]) < 0) {
             Py_DECREF(cmd);
+            Py_XDECREF(converted);
             return NULL;
         }
     }
+    Py_XDECREF(converted);
     return cmd;
 }
 
@@ -1302,7 +1351,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     /* native.py loads the module only when this matches its API_VERSION: a stale build from an older source
      * (an editable install not rebuilt) is ignored instead of missing functions. Bump it with every change of a
      * function's contract or the set of functions. */
-    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 6) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 7) < 0) {
         Py_DECREF(m);
         return NULL;
     }

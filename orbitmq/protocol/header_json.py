@@ -93,10 +93,23 @@ def _language(v: Any) -> str:
     return "OTHER"
 
 
+_CONVERTED = frozenset({str, int, bool, type(None)})
+
+
+def _ext_converted(ext: Any) -> dict[str, str] | None:
+    """extFields of str keys and str / int / bool / null values (the C++ client sends some numbers) converted as
+    _ext_from_wire does; None for any other value or key type (the general decoder decides)."""
+    if type(ext) is not dict or not _CONVERTED.issuperset(map(type, ext.values())) or \
+            set(map(type, ext)) != _ONLY_STR:
+        return None
+    return {k: ext_value_to_str(v) for k, v in ext.items() if v is not None}
+
+
 def command_from_header_py(cls: type[RemotingCommand], d: Any, body: bytes | None) -> RemotingCommand | None:
     """The common header shape (int code/version/opaque/flag with code present, str language, remark absent/null
-    or str, extFields absent/null or all-str dict) straight to a command; None for anything else, which the
-    general decoder handles. Pure-Python twin of the native command_from_header."""
+    or str, extFields absent/null, an all-str dict (kept as is) or a dict of str keys and str/int/bool/null values
+    (converted)) straight to a command; None for anything else, which the general decoder handles. Pure-Python
+    twin of the native command_from_header."""
     if type(d) is not dict:
         return None
     get = d.get
@@ -114,7 +127,9 @@ def command_from_header_py(cls: type[RemotingCommand], d: Any, body: bytes | Non
         return None
     ext = get("extFields")
     if ext is not None and (type(ext) is not dict or (ext and set(map(type, ext.values())) != _ONLY_STR)):
-        return None
+        ext = _ext_converted(ext)
+        if ext is None:
+            return None
     cmd = _new(cls)
     cmd.code = code
     cmd.version = version

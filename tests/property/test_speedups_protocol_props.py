@@ -67,7 +67,13 @@ def test_command_from_header_native_equals_python(d, body):
     event("fast path" if want is not None else "general decoder")
     assert _fields(got) == _fields(want)
     if want is not None:
-        assert got.ext_fields is want.ext_fields and got.body is body  # kept as is, not copied
+        assert got.body is body  # kept as is, not copied
+        ext = d.get("extFields")
+        if ext is None or (type(ext) is dict and all(type(v) is str for v in ext.values())):
+            assert got.ext_fields is want.ext_fields is ext  # all-str extFields: kept as is, not copied
+        else:
+            event("extFields converted")
+            assert type(got.ext_fields) is dict and got.ext_fields is not ext
 
 
 @settings(max_examples=600, deadline=None)
@@ -113,7 +119,25 @@ def test_common_send_header_takes_the_fast_path():
     assert cmd is not None and cmd == RemotingCommand(310, opaque=7, version=409, ext_fields={"a": "PG", "b": "T"},
                                                       body=b"x")
     assert native.command_from_header(RemotingCommand, {**d, "flag": True}, b"x") is None  # bool: general path
-    assert native.command_from_header(RemotingCommand, {**d, "extFields": {"a": 1}}, b"x") is None
+    assert native.command_from_header(RemotingCommand, {**d, "extFields": {"a": 1.5}}, b"x") is None  # a float
+    assert native.command_from_header(RemotingCommand, {**d, "extFields": {"a": [1]}}, b"x") is None
+
+
+def test_cpp_client_send_header_takes_the_fast_path():
+    """The C++ client's SEND_MESSAGE header has numbers among its extFields: converted as the general decoder
+    converts them (decimal, booleans lower-case, nulls dropped), by both twins."""
+    ext = {"AccessKey": "", "OnsChannel": "ALIYUN", "batch": "0", "bornTimestamp": "1795669181324",
+           "defaultTopic": "TBW102", "defaultTopicQueueNums": 4, "flag": 0, "producerGroup": "pg0",
+           "properties": "WAIT\x01true\x02", "queueId": 2, "reconsumeTimes": "0", "sysFlag": 0, "topic": "T",
+           "unitMode": "0", "x": True, "y": False, "z": None, "big": -(2**63)}
+    d = {"code": 10, "extFields": ext, "flag": 0, "language": "CPP", "opaque": 21, "remark": "", "version": 63}
+    want = decode_header_dict(d, b"x")
+    assert want.ext_fields is not None and want.ext_fields["queueId"] == "2" and "z" not in want.ext_fields
+    for fn in (native.command_from_header, command_from_header_py):
+        cmd = fn(RemotingCommand, d, b"x")
+        assert _fields(cmd) == _fields(want)
+        assert list(cmd.ext_fields) == list(want.ext_fields)  # same order
+    assert ext["queueId"] == 2  # the parsed header is not changed
 
 
 def test_command_from_header_follows_subclasses_and_class_changes():
