@@ -1,6 +1,7 @@
 """RaftDriver: the asyncio loop around one sans-IO RaftNode (ticks, inbound messages, proposals, ReadIndex).
 
-Per Ready, in this order: persist it (RaftStorage.save in a worker thread, awaited), then send its messages,
+Per Ready, in this order: persist it (RaftStorage.prepare on the loop, then RaftStorage.save in a worker thread,
+both awaited), then send its messages,
 then apply committed entries to the state machine on the loop, then node.advance(). While a save runs nothing
 touches the node: inbound messages, proposals and reads are only collected. A storage failure is fatal: the
 driver stops without acknowledging anything. It owns no socket (the transport's handle() is registered by the
@@ -120,6 +121,7 @@ class RaftDriver:
             raise RuntimeError("RaftDriver.start() called twice")
         hs, snap, entries = await asyncio.to_thread(self._storage.load)
         try:
+            self._storage.loaded(entries)
             if snap is not None:
                 self._sm.restore(snap.data)
                 self._applied = self._snap_index = snap.index
@@ -150,11 +152,25 @@ class RaftDriver:
         """The state machine's apply() result once the entry is committed and applied here. NotLeaderError at
         once on a follower, or when leadership is lost / the entry is overwritten; TimeoutError after
         timeout_ms (the entry may still be applied later)."""
+        return await self._wait(self.propose_nowait(data), timeout_ms, "proposal")
+
+    def propose_nowait(self, data: bytes) -> asyncio.Future[object]:
+        """propose() without the wait: queued now, in call order (NotLeaderError at once on a follower); the
+        future gets what propose() returns. Await it with wait_proposal()."""
         self._require_leader()
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._proposals.append((bytes(data), fut))
         self._wake.set()
-        return await self._wait(fut, timeout_ms, "proposal")
+        return fut
+
+    async def wait_proposal(self, fut: asyncio.Future[object], timeout_ms: int = 5000) -> object:
+        """The result of a propose_nowait() future; TimeoutError after timeout_ms. Unlike propose(), a time-out
+        does not withdraw the proposal (its owner may have written something that the entry must follow)."""
+        try:
+            async with asyncio.timeout(timeout_ms / 1000.0):
+                return await asyncio.shield(fut)
+        except TimeoutError:
+            raise TimeoutError(f"raft proposal not done within {timeout_ms} ms") from None
 
     async def read_barrier(self, timeout_ms: int = 5000) -> None:
         """ReadIndex: returns once the local state machine reflects every write committed before the call."""
@@ -255,6 +271,7 @@ class RaftDriver:
 
     async def _handle_ready(self, node: RaftNode, rd: Ready) -> None:
         if rd.hard_state is not None or rd.entries or rd.snapshot is not None or rd.compact_snapshot is not None:
+            await self._storage.prepare(rd)
             await asyncio.to_thread(self._storage.save, rd)  # raises -> fatal: nothing of rd is acknowledged
         self._transport.send(rd.messages)
         if rd.snapshot is not None:

@@ -182,6 +182,14 @@ class RaftStorage:
         self._hs = hs
         return hs, self._snap, entries
 
+    async def prepare(self, ready: Ready) -> None:
+        """On the driver's loop, before save(ready) runs in a worker thread: a subclass that keeps part of an entry
+        outside the log (a broker group's CommitLog) writes it here. Nothing by default."""
+
+    def loaded(self, entries: list[Entry]) -> None:
+        """On the driver's loop, right after load() returned `entries` (before the node exists). Nothing by
+        default."""
+
     def save(self, ready: Ready) -> None:
         """Persist `ready` (snapshot, entries, hard state, compact_snapshot), each fsynced before returning.
         Any exception means nothing of `ready` may be acknowledged (the driver stops the node)."""

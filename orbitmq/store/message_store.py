@@ -20,6 +20,7 @@ from typing import Any
 from orbitmq.base import marks
 from orbitmq.base.clock import REAL_CLOCK, Clock
 from orbitmq.base.errors import CorruptionError, StoreError
+from orbitmq.model.enums import TRANSACTION_MASK
 from orbitmq.model.message import MessageExt
 from orbitmq.model.properties import Prop
 from orbitmq.model.record import decode_record
@@ -363,9 +364,14 @@ class MessageStore:
         return ts
 
     def _rebuild_queue_table(self) -> None:
-        self.commitlog.topic_queue_table = {
+        table = self.commitlog.topic_queue_table = {
             f"{t}-{q}": off for (t, q), off in self.cq_table.queue_max_offsets().items()
         }
+        for req in self._pending:  # records written but not visible yet hold their queue offsets too
+            if req.sys_flag & TRANSACTION_MASK not in (0x4, 0xC):
+                key = f"{req.topic}-{req.queue_id}"
+                if table.get(key, 0) <= req.queue_offset:
+                    table[key] = req.queue_offset + 1
 
     def raise_queue_offsets(self) -> int:
         """Controller mode, before a promoted replica accepts writes: lift every queue's next offset to at least
@@ -825,6 +831,10 @@ class MessageStore:
         table = self.commitlog.topic_queue_table
         for key in [k for k in table if k.startswith(prefixes) and k.rpartition("-")[0] in topics]:
             del table[key]
+        for req in self._pending:  # records not visible yet keep their queue offsets (a Raft group's later puts)
+            if req.topic in topics and req.sys_flag & TRANSACTION_MASK not in (0x4, 0xC):
+                key = f"{req.topic}-{req.queue_id}"
+                table[key] = max(table.get(key, 0), req.queue_offset + 1)
 
     def truncate_dirty(self, phys_offset: int) -> None:
         """Drop everything at/after phys_offset (a record boundary): CommitLog, CQ, index, epochs."""
@@ -851,6 +861,29 @@ class MessageStore:
             # the checkpoint must not claim flushed data past the new end: recovery would see a later valid
             # (re-appended) region as corruption inside flushed data
             self._save_checkpoint()
+
+    def hide_from(self, phys_offset: int) -> None:
+        """Make the records at/after phys_offset (a record boundary) invisible again without touching the CommitLog:
+        their ConsumeQueue/index entries go and they wait, pending, until the replica gate releases them
+        (`replica.on_replicated`). For a Raft group at start: records of entries not known to be committed.
+        The replica gate must be on (else they would be dispatched again at once)."""
+        if phys_offset >= self.commitlog.max_offset:
+            return
+        if not self.replica.gate:
+            raise StoreError("hide_from needs the replica visibility gate")
+        self.cq_table.truncate_dirty(phys_offset)
+        if self.index is not None:
+            self.index.truncate_dirty(phys_offset)
+        st = self.checkpoint.state
+        st.logics_flushed_phys = min(st.logics_flushed_phys, phys_offset)
+        self._lfp_candidates.clear()
+        while self._pending and self._pending[-1].phys_offset >= phys_offset:
+            self._pending.pop()
+        self._confirm_offset = min(self._confirm_offset, phys_offset)
+        self.replica.replicated_offset = min(self.replica.replicated_offset, phys_offset)
+        self.replica._cursor = phys_offset
+        self.replica.dispatch_complete()  # gated: decoded into pending, in order
+        self.replica.reset_cursor()
 
     def read_commitlog(self, phys_offset: int, max_size: int) -> bytes:
         """Replication (master): written bytes from phys_offset, ≤ max_size, within one segment."""

@@ -20,7 +20,6 @@ import orjson
 
 from orbitmq.acl.cluster import cluster_guarded, cluster_signer
 from orbitmq.base.errors import ConfigError, OrbitMQError, ProtocolError, RemotingError
-from orbitmq.base.fsio import atomic_write
 from orbitmq.broker.handlers.admin import SLAVE_REMARK, validate_group_config
 from orbitmq.broker.handlers.admin import handlers as admin_handlers
 from orbitmq.broker.metadata import SubscriptionGroupConfig
@@ -34,11 +33,9 @@ from orbitmq.broker.raft_mode.codec import (
     TOPIC_DELETE,
     TOPICS,
     check_command_type,
-    decode_checkpoint,
-    encode_checkpoint,
     encode_command,
-    encode_messages,
 )
+from orbitmq.broker.raft_mode.commitlog_log import CommitLogRaftStorage
 from orbitmq.broker.raft_mode.state_machine import (
     CommandApply,
     CommitListener,
@@ -52,14 +49,13 @@ from orbitmq.raft import (
     NotLeaderError,
     RaftConfig,
     RaftDriver,
-    RaftStorage,
     RaftTransport,
     Role,
     RoleListener,
     parse_peers,
 )
 from orbitmq.remoting import RemotingClient, RemotingServer
-from orbitmq.store.results import MessageInner, PutResult, PutStatus
+from orbitmq.store.results import PutResult, PutStatus
 
 if TYPE_CHECKING:
     from orbitmq.broker.context import BrokerContext
@@ -68,7 +64,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("orbitmq.broker.raft_mode")
 
 RAFT_DIR = "dledger"
-CHECKPOINT_FILE = "applied"  # (applied index, CommitLog end) once a second: a restart keeps that CommitLog prefix
 TICK_MS = 50
 ELECTION_TICKS = 10  # 0.5-1 s randomized election timeout; heartbeats every tick
 PROPOSE_TIMEOUT_MS = 5_000
@@ -114,12 +109,13 @@ class RaftGroupService:
         self.group = cfg.dleger_group or cfg.broker_name
         self.follower_id = follower_broker_id(self.peers, self.self_id)
         self.real_store = ctx.store
-        self.sm = GroupStateMachine(self.real_store)
         self.raft_dir = os.path.join(env.store_config.store_path_root_dir, RAFT_DIR)
+        self.raft_log = CommitLogRaftStorage(self.raft_dir, self.real_store, self._fetch_to)
+        self.sm = GroupStateMachine(self.real_store, self.raft_log)
         self.transport = RaftTransport(self.group, self.self_id, self.peers, sign=cluster_signer(cfg.cluster_secret))
         self.driver = RaftDriver(RaftConfig(self.self_id, tuple(self.peers), election_ticks=ELECTION_TICKS,
                                             tick_ms=TICK_MS),
-                                 RaftStorage(self.raft_dir), self.transport, self.sm,
+                                 self.raft_log, self.transport, self.sm,
                                  snapshot_every=cfg.raft_snapshot_every)
         host, _, port = self.peers[self.self_id].rpartition(":")
         bind = cfg.bind_address if cfg.bind_address not in ("", "0.0.0.0") else host  # noqa: S104
@@ -132,7 +128,7 @@ class RaftGroupService:
         self._fetch: asyncio.Task[None] | None = None
         self._forward_client: RemotingClient | None = None
         self.fetched_bytes = 0
-        self.sm.on_behind = self._on_behind
+        self.sm.on_restored = self._on_restored
         self.sm.register_command(OFFSETS, self._apply_offsets, internal=True)
         self.sm.register_command(TOPICS, self._apply_topics, internal=True)
         self.sm.register_command(TOPIC_DELETE, self._apply_topic_delete, internal=True)
@@ -147,7 +143,6 @@ class RaftGroupService:
         self._started = False  # a snapshot restored after start was installed from the leader
         self.offsets_applied = 0
         self.offset_deltas = 0  # OFFSET_DELTA entries proposed here
-        self._checkpoint_written = (0, 0)
         self.role_changes = 0
         self.topics_adopted = 0
         ctx.store = RaftStore(self.real_store, self)  # type: ignore[assignment]
@@ -221,21 +216,16 @@ class RaftGroupService:
     def accepting_writes(self) -> bool:
         return self.driver.is_leader
 
-    async def propose_messages(self, msgs: list[MessageInner]) -> PutResult:
-        """SEND_OK only once a majority stored the entry and this leader applied it to its CommitLog."""
-        if not self.driver.is_leader:
-            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
+    async def finish_put(self, fut: asyncio.Future[object], count: int) -> PutResult:
+        """SEND_OK once a majority logged the entry (its records are in their CommitLogs) and it is applied here."""
         try:
-            out = await self.driver.propose(encode_messages(msgs), PROPOSE_TIMEOUT_MS)
+            out = await self.driver.wait_proposal(fut, PROPOSE_TIMEOUT_MS)
         except (NotLeaderError, TimeoutError) as e:  # proposed: may still commit under a new leader
-            log.warning("raft group %s: a put of %d messages is not confirmed: %s", self.group, len(msgs), e)
+            log.warning("raft group %s: a put of %d messages is not confirmed: %s", self.group, count, e)
             return PutResult(PutStatus.FLUSH_SLAVE_TIMEOUT)
         if not isinstance(out, tuple):
             return PutResult(PutStatus.UNKNOWN_ERROR)
-        result, wait_end = out
-        if wait_end >= 0:
-            result = await self.real_store.wait_put_flushed(result, wait_end)
-        return result
+        return out[0]  # type: ignore[no-any-return]
 
     # ---- lifecycle --------------------------------------------------------------------------------------------
     def handlers(self) -> dict[int, Callable[..., Any]]:
@@ -313,7 +303,6 @@ class RaftGroupService:
         except OSError as e:
             raise ConfigError(f"dLegerPeers: cannot listen on {self.peers[self.self_id]}: {e.strerror or e}") from None
         self.driver.add_role_listener(self._on_role)
-        self.sm.checkpoint = self._read_checkpoint()
         try:
             await self.driver.start()
         except BaseException:
@@ -336,34 +325,9 @@ class RaftGroupService:
             if now - last_adopt >= ADOPT_EVERY_S:
                 last_adopt = now
                 self.adopt_topics()
-                await self._write_checkpoint()
             if now - last_topics >= TOPICS_EVERY_S:
                 last_topics = now
                 await self._propose_topics()
-
-    # ---- applied checkpoint -------------------------------------------------------------------------------------
-    def _checkpoint_path(self) -> str:
-        return os.path.join(self.raft_dir, CHECKPOINT_FILE)
-
-    def _read_checkpoint(self) -> tuple[int, int] | None:
-        try:
-            with open(self._checkpoint_path(), "rb") as f:
-                cp = decode_checkpoint(f.read())
-        except FileNotFoundError:
-            return None
-        if cp is None:
-            log.warning("raft group %s: applied checkpoint unreadable: the CommitLog is rebuilt from the log",
-                        self.group)
-        return cp
-
-    async def _write_checkpoint(self) -> None:
-        """(applied index, CommitLog end) taken together on the loop; skipped while the CommitLog is behind."""
-        index, end = self.sm.applied, self.real_store.max_phys_offset
-        if index == 0 or self.sm.behind is not None or (index, end) == self._checkpoint_written:
-            return
-        data = encode_checkpoint(index, end)
-        await asyncio.to_thread(atomic_write, self._checkpoint_path(), data)
-        self._checkpoint_written = (index, end)
 
     # ---- topic configs: the leader's table goes through the log, followers adopt it ------------------------------
     async def _propose_topics(self) -> None:
@@ -402,15 +366,14 @@ class RaftGroupService:
 
     # ---- admin metadata commands: applied on every member, the leader included ----------------------------------
     def _apply_topic_delete(self, index: int, payload: bytes) -> None:
-        """The topic's config, its consumer offsets and its queues (ConsumeQueue files) go on every member. An
-        entry at or below the applied checkpoint applied again at start leaves the store alone: its queues are as
-        the checkpoint's CommitLog prefix left them (messages of a later re-creation included)."""
+        """The topic's config, its consumer offsets and its queues (ConsumeQueue files) go on every member. Applied
+        again at start, in log order, it drops the queue entries of the records before it (dispatched again from
+        the snapshot on), so the queues are as they were."""
         topic = str(orjson.loads(payload)["topic"])
         ctx = self.ctx
         existed = ctx.topics.delete(topic)
         ctx.offsets.remove_topic(topic)
-        if not self.sm.store_covers(index):
-            self.real_store.delete_topics({topic})
+        self.real_store.delete_topics({topic})
         self._topics_sent.pop(topic, None)
         self._tombstones.pop(topic, None)
         self._tombstones[topic] = None
@@ -568,22 +531,12 @@ class RaftGroupService:
                                 f"{store.min_phys_offset}..{store.max_phys_offset}")
         return cmd.response(body=store.read_commitlog(offset, min(most, FETCH_CHUNK)))
 
-    def _on_behind(self, target: int) -> None:
-        if self._fetch is None or self._fetch.done():
-            self._fetch = asyncio.get_running_loop().create_task(self._fetch_log(), name="raft-group fetch")
-
-    async def _fetch_log(self) -> None:
-        """Copy the leader's CommitLog bytes up to the snapshot's end, then store the entries held meanwhile."""
+    async def _fetch_to(self, target: int) -> None:
+        """Copy the leader's (committed) CommitLog bytes from our end up to `target`, the end of a snapshot installed
+        from the leader (CommitLogRaftStorage.prepare awaits this before the snapshot is saved)."""
         client = RemotingClient(name="raft-group-fetch", sign=self._sign)
         try:
-            while self.sm.behind is not None:
-                target = self.sm.behind[1]
-                have = self.real_store.max_phys_offset
-                if have >= target:
-                    self.sm.caught_up()
-                    self._drop_deleted_queues()
-                    self.adopt_topics()
-                    break
+            while (have := self.real_store.max_phys_offset) < target:
                 leader = self.driver.leader_id
                 if not leader or leader == self.self_id:
                     await asyncio.sleep(0.2)
@@ -603,10 +556,15 @@ class RaftGroupService:
                     continue
                 self.real_store.append_raw(have, bytes(resp.body))
                 self.fetched_bytes += len(resp.body)
-        except Exception:
-            log.exception("raft group %s: CommitLog transfer failed", self.group)
         finally:
             await client.close()
+        log.warning("raft group %s: CommitLog copied from the leader up to %d", self.group, target)
+
+    def _on_restored(self) -> None:
+        """A snapshot installed from the leader: the copied records re-created the queues of topics deleted since."""
+        if self._started:
+            self._drop_deleted_queues()
+            self.adopt_topics()
 
     # ---- roles ------------------------------------------------------------------------------------------------
     def _on_role(self, role: Role, term: int, leader_id: str) -> None:
@@ -637,8 +595,9 @@ class RaftGroupService:
         if isinstance(progress, dict):
             last = int(st.get("last_index", 0))  # type: ignore[call-overload]
             out["dLegerPeerLag"] = ";".join(f"{p}:{max(0, last - int(v['match']))}" for p, v in progress.items())
-        if self.sm.behind is not None:
-            out["dLegerBehind"] = f"{self.real_store.max_phys_offset}..{self.sm.behind[1]}"
+        behind = self.raft_log.behind
+        if behind is not None:
+            out["dLegerBehind"] = f"{self.real_store.max_phys_offset}..{behind[1]}"
         out["dLegerFetchedBytes"] = str(self.fetched_bytes)
         return out
 

@@ -1,6 +1,7 @@
-"""RaftStore: the MessageStore as the broker sees it in a Raft group. Writes become Raft proposals; everything else
-is the real store's. A put returns at once with a placeholder result and a wait (end offset 0); the send handler's
-wait_put_flushed then awaits the commit and the leader's own apply, and gets the real PutResult."""
+"""RaftStore: the MessageStore as the broker sees it in a Raft group. A write puts the records into the CommitLog
+(invisible until committed) and proposes them as a RECORDS entry; everything else is the real store's. A put returns
+at once with its result and a wait (end offset 0); the send handler's wait_put_flushed then awaits the commit and
+the leader's own apply, and gets the final PutResult."""
 
 from __future__ import annotations
 
@@ -34,8 +35,11 @@ class RaftStore:
             return PutResult(PutStatus.MESSAGE_ILLEGAL), -1
         if not self._group.accepting_writes():
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE), -1
-        result = PutResult(PutStatus.PUT_OK)
-        fut = asyncio.ensure_future(self._group.propose_messages(msgs))
+        group = self._group
+        data, result = group.raft_log.put_local(msgs, group.driver.term)
+        if data is None:
+            return result, -1
+        fut = asyncio.ensure_future(group.finish_put(group.driver.propose_nowait(data), len(msgs)))
         key = id(result)
         self._inflight[key] = (result, fut)
         fut.add_done_callback(lambda _f: asyncio.get_running_loop().call_later(
