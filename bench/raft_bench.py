@@ -41,6 +41,16 @@ SYSTEMS = ("raft", "sync", "rabbitmq", "local")
 async def _raft_load(g: RaftGroup, leader: int, args: argparse.Namespace) -> dict[str, Any]:
     async with Admin(g.ns_addr) as admin:
         await admin.update_topic(TPUT_TOPIC, broker_addr=g.addr(leader), read_queue_nums=8, write_queue_nums=8)
+        deadline = time.monotonic() + 30
+        while True:  # the route appears with the leader's next registration
+            try:
+                route = await admin.topic_route(TPUT_TOPIC)
+                if route.queue_datas:
+                    break
+            except Exception:  # noqa: BLE001 - TOPIC_NOT_EXIST until then
+                if time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.2)
     return await throughput(g.ns_addr, args.messages, args.senders, args.size)
 
 
