@@ -72,9 +72,14 @@ async def _local(g: RaftGroup, leader: int, args: argparse.Namespace) -> dict[st
     await measure(g, leader, "CG_warm", "LdWarm", followers + [leader], 50, args.ld_size)  # connections, imports
     off = await measure(g, leader, "CG_off", "LdOff", [leader], args.ld_messages, args.ld_size)
     on = await measure(g, leader, "CG_on", "LdOn", followers, args.ld_messages, args.ld_size)
+    # consumption only (the messages wait, sent before), acks of each received batch sent together
+    c_off = await measure(g, leader, "CG_off", "LdCOff", [leader], args.ld_messages, args.ld_size,
+                          consume_only=True, ack_together=True)
+    c_on = await measure(g, leader, "CG_on", "LdCOn", followers, args.ld_messages, args.ld_size,
+                         consume_only=True, ack_together=True)
     lead, n = f"n{leader}", args.ld_messages
     out: dict[str, Any] = {"messages": n, "size": args.ld_size}
-    for name, r in (("on", on), ("off", off)):
+    for name, r in (("on", on), ("off", off), ("consume_on", c_on), ("consume_off", c_off)):
         out[f"leader_bytes_per_msg_{name}"] = round(r["bytes"][lead] / n)
         out[f"leader_cpu_ms_per_msg_{name}"] = round(1000 * r["cpu_s"][lead] / n, 3)
         out[f"followers_bytes_per_msg_{name}"] = round(sum(v for k, v in r["bytes"].items() if k != lead) / n)
@@ -170,7 +175,10 @@ def main() -> None:
     if ld is not None and "error" not in ld:
         print(f"\nlocal delivery, leader per delivered message ({ld['messages']} x {ld['size']} B per placement): "
               f"on {ld['leader_bytes_per_msg_on']} B sent, {ld['leader_cpu_ms_per_msg_on']} ms CPU; "
-              f"off {ld['leader_bytes_per_msg_off']} B sent, {ld['leader_cpu_ms_per_msg_off']} ms CPU")
+              f"off {ld['leader_bytes_per_msg_off']} B sent, {ld['leader_cpu_ms_per_msg_off']} ms CPU; consumption only "
+              f"(acks of a batch together): on {ld['leader_bytes_per_msg_consume_on']} B, "
+              f"{ld['leader_cpu_ms_per_msg_consume_on']} ms; off {ld['leader_bytes_per_msg_consume_off']} B, "
+              f"{ld['leader_cpu_ms_per_msg_consume_off']} ms")
     elif ld is not None:
         print(f"\nlocal delivery: {ld['error']}")
     out = Path(__file__).resolve().parent / "results"

@@ -43,6 +43,8 @@ class Consumers:
     acked: list[str] = field(default_factory=list)
     ack_refused: list[str] = field(default_factory=list)
     errors: int = 0
+    ack_together: bool = False  # ack a received batch concurrently (as a consumer thread pool does), not one by one
+    running: asyncio.Event = field(default_factory=lambda: _set(asyncio.Event()))  # cleared: consumers wait
     _stop: bool = False
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _consumers: list[SimpleConsumer] = field(default_factory=list)
@@ -63,6 +65,8 @@ class Consumers:
 
     async def _loop(self, name: str, sc: SimpleConsumer, attached: asyncio.Event) -> None:
         while not self._stop:
+            if attached.is_set():
+                await self.running.wait()
             try:
                 msgs = await sc.receive(max_nums=PREFETCH, invisible_time_ms=INVISIBLE_MS, poll_ms=500)
             except Exception:  # noqa: BLE001 - no leader, member down, topic not adopted yet: counted, retried
@@ -72,7 +76,11 @@ class Consumers:
             attached.set()
             for m in msgs:
                 self.deliveries.append(Delivery(name, m.body.decode(), m.queue_id, m.queue_offset, m.reconsume_times))
-                await self._ack(sc, m)
+            if self.ack_together:
+                await asyncio.gather(*(self._ack(sc, m) for m in msgs))
+            else:
+                for m in msgs:
+                    await self._ack(sc, m)
 
     async def _ack(self, sc: SimpleConsumer, m: MessageExt) -> None:
         deadline = time.monotonic() + 8.0
@@ -100,6 +108,11 @@ class Consumers:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for sc in self._consumers:
             await sc.shutdown()
+
+
+def _set(ev: asyncio.Event) -> asyncio.Event:
+    ev.set()
+    return ev
 
 
 def order_problems(deliveries: list[Delivery]) -> list[str]:
@@ -187,15 +200,22 @@ def cpu_seconds(pids: set[int]) -> float:
 
 
 async def measure(g: RaftGroup, leader: int, group: str, topic: str, members: list[int], n: int,
-                  size: int) -> dict[str, Any]:
+                  size: int, *, consume_only: bool = False, ack_together: bool = False) -> dict[str, Any]:
     """`n` messages of `size` bytes sent and consumed by consumers on `members`: per member, TCP bytes sent and
-    CPU seconds during the phase (kernel socket counters, /proc), and the consumers' record."""
+    CPU seconds during the phase (kernel socket counters, /proc), and the consumers' record. `consume_only`: the
+    messages are sent while the (attached) consumers wait, and only their consumption is measured."""
     await create_topic(g, leader, topic)
-    c = await Consumers(g, group, topic, members).start()
+    c = await Consumers(g, group, topic, members, ack_together=ack_together).start()
     try:
+        if consume_only:
+            c.running.clear()
+            sent = await send_bodies(g.ns_addr, topic, n, size, group)
         before = {i: g.bytes_sent(i) for i in range(g.size)}
         cpu0 = {i: cpu_seconds(g.pids(i)) for i in range(g.size)}
-        sent = await send_bodies(g.ns_addr, topic, n, size, group)
+        if consume_only:
+            c.running.set()
+        else:
+            sent = await send_bodies(g.ns_addr, topic, n, size, group)
         await until_delivered(c, set(sent), 120)
         after = {i: g.bytes_sent(i) for i in range(g.size)}
         cpu1 = {i: cpu_seconds(g.pids(i)) for i in range(g.size)}

@@ -24,6 +24,7 @@ from orbitmq.broker.handlers.admin import SLAVE_REMARK, validate_group_config
 from orbitmq.broker.handlers.admin import handlers as admin_handlers
 from orbitmq.broker.metadata import SubscriptionGroupConfig
 from orbitmq.broker.metadata.topics import validate_topic_name
+from orbitmq.broker.raft_mode.batcher import BATCH, CommandBatcher, decode_batch, encode_results
 from orbitmq.broker.raft_mode.codec import (
     GROUP_CONFIG,
     GROUP_DELETE,
@@ -49,6 +50,7 @@ from orbitmq.raft import (
     NotLeaderError,
     RaftConfig,
     RaftDriver,
+    RaftStoppedError,
     RaftTransport,
     Role,
     RoleListener,
@@ -125,7 +127,7 @@ class RaftGroupService:
                                                       int(RequestCode.ORBIT_RAFT_GROUP_PROPOSE))),
                                      bind, int(port), name="raft-group")
         self._sign = cluster_signer(cfg.cluster_secret)
-        self._fetch: asyncio.Task[None] | None = None
+        self._stopping = False
         self._forward_client: RemotingClient | None = None
         self.fetched_bytes = 0
         self.sm.on_restored = self._on_restored
@@ -135,6 +137,8 @@ class RaftGroupService:
         self.sm.register_command(GROUP_CONFIG, self._apply_group_config, internal=True)
         self.sm.register_command(GROUP_DELETE, self._apply_group_delete, internal=True)
         self.sm.register_command(OFFSET_DELTA, self._apply_offset_delta, internal=True)
+        self.sm.register_command(BATCH, self._apply_batch, internal=True)
+        self.commands = CommandBatcher(self._send_batch)
         self.sm.register_snapshot_part(METADATA_PART, self._snapshot_metadata, self._restore_metadata)
         self._topics_sent: dict[str, TopicConfig] = {}
         self._offset_changes: dict[tuple[str, int], int] = {}  # leader: commits not proposed yet
@@ -173,44 +177,82 @@ class RaftGroupService:
         self.sm.register_snapshot_part(part_type, snapshot, restore)
 
     async def forward_command(self, entry_type: int, payload: bytes, timeout_ms: int = PROPOSE_TIMEOUT_MS) -> bytes:
-        """propose_command from any member: on the leader directly, else through the leader's Raft peer port
-        (ORBIT_RAFT_GROUP_PROPOSE). The apply result must be bytes (or None: b""). NotLeaderError when no leader is
-        known or the leader refused; OrbitMQError for an apply that raised there."""
+        """propose_command from any member, batched (batcher.py): on the leader one BATCH entry per commit round,
+        from a follower one ORBIT_RAFT_GROUP_PROPOSE per round to the leader, which merges what its members send.
+        The apply result must be bytes (or None: b""). NotLeaderError when no leader is known or the leader refused;
+        OrbitMQError for an apply that raised."""
+        check_command_type(entry_type)
+        return await self.commands.submit(entry_type, payload, timeout_ms)
+
+    async def _send_batch(self, data: bytes) -> bytes:
         if self.driver.is_leader:
-            return _result_bytes(await self.propose_command(entry_type, payload, timeout_ms))
+            return _result_bytes(await self.driver.propose(data, PROPOSE_TIMEOUT_MS))
         leader = self.driver.leader_id
         if not leader or leader == self.self_id:
             raise NotLeaderError("", "no leader known to forward the command to")
         cmd = RemotingCommand.request(RequestCode.ORBIT_RAFT_GROUP_PROPOSE,
-                                      {"group": self.group, "type": str(entry_type)}, payload)
+                                      {"group": self.group, "type": str(BATCH)}, data[1:])
         client = self._forward_client
         if client is None:
             client = self._forward_client = RemotingClient(name="raft-group-forward", sign=self._sign)
-        resp = await client.invoke(self.peers[leader], cmd, timeout_ms + 1000)
+        resp = await client.invoke(self.peers[leader], cmd, PROPOSE_TIMEOUT_MS + 1000)
         if resp.code == ResponseCode.SUCCESS:
             return bytes(resp.body or b"")
         if resp.ext_fields and resp.ext_fields.get("notLeader") == "true":
             raise NotLeaderError(resp.ext_fields.get("leader", ""), resp.remark or "")
-        raise OrbitMQError(f"forwarded command refused by {leader}: {resp.remark}")
+        raise OrbitMQError(f"forwarded commands refused by {leader}: {resp.remark}")
 
     async def _propose_forwarded(self, cmd: RemotingCommand) -> RemotingCommand:
+        """A follower's commands: one command (earlier versions) or a BATCH, merged into this leader's batches."""
         ext = cmd.ext_fields or {}
         try:
             entry_type = int(ext.get("type", ""))
-            check_command_type(entry_type)
-        except ValueError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad command type: {e}")
+            if entry_type == BATCH:
+                items = decode_batch(bytes(cmd.body or b""))
+            else:
+                items = [(entry_type, bytes(cmd.body or b""))]
+            for kind, _ in items:
+                check_command_type(kind)
+        except (ValueError, ProtocolError) as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad command: {e}")
         if ext.get("group") != self.group:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"this member is in group {self.group}")
-        try:
-            result = await self.propose_command(entry_type, bytes(cmd.body or b""))
-        except NotLeaderError as e:
-            resp = cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
-            resp.ext_fields = {"notLeader": "true", "leader": e.leader_id}
+        if not self.driver.is_leader:
+            resp = cmd.response(ResponseCode.SYSTEM_ERROR, f"member {self.self_id} is not the leader")
+            resp.ext_fields = {"notLeader": "true", "leader": self.driver.leader_id}
             return resp
-        except Exception as e:  # noqa: BLE001 - the apply's error goes back to the forwarding member
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
-        return cmd.response(body=_result_bytes(result))
+        got = await asyncio.gather(*(self.commands.submit(k, p, PROPOSE_TIMEOUT_MS) for k, p in items),
+                                   return_exceptions=True)
+        results: list[tuple[bool, bytes]] = []
+        for r in got:
+            if isinstance(r, NotLeaderError):
+                resp = cmd.response(ResponseCode.SYSTEM_ERROR, str(r))
+                resp.ext_fields = {"notLeader": "true", "leader": r.leader_id}
+                return resp
+            if isinstance(r, OrbitMQError):
+                results.append((False, str(r).encode()))
+            elif isinstance(r, BaseException):
+                return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(r).__name__}: {r}")
+            else:
+                results.append((True, r))
+        if entry_type != BATCH:
+            ok, out = results[0]
+            return cmd.response(body=out) if ok else cmd.response(ResponseCode.SYSTEM_ERROR, out.decode())
+        return cmd.response(body=encode_results(results))
+
+    def _apply_batch(self, index: int, payload: bytes) -> bytes:
+        """Every command of a BATCH entry, in order; each one's result or error (deterministic on every member)."""
+        results: list[tuple[bool, bytes]] = []
+        for kind, p in decode_batch(payload):
+            fn = self.sm.command(kind)
+            if fn is None or kind == BATCH:
+                results.append((False, f"entry type {kind:#x} is not a registered command".encode()))
+                continue
+            try:
+                results.append((True, _result_bytes(fn(index, p))))
+            except Exception as e:  # noqa: BLE001 - the proposer gets it; every member raises the same
+                results.append((False, f"{type(e).__name__}: {e}".encode()))
+        return encode_results(results)
 
     # ---- writes -----------------------------------------------------------------------------------------------
     def accepting_writes(self) -> bool:
@@ -493,10 +535,8 @@ class RaftGroupService:
             self.ctx.request_register()
 
     async def stop(self) -> None:
-        if self._fetch is not None:
-            self._fetch.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._fetch
+        self._stopping = True
+        await self.commands.stop()
         await self.driver.stop()
         with contextlib.suppress(Exception):
             await self.server.stop()
@@ -537,6 +577,8 @@ class RaftGroupService:
         client = RemotingClient(name="raft-group-fetch", sign=self._sign)
         try:
             while (have := self.real_store.max_phys_offset) < target:
+                if self._stopping:
+                    raise RaftStoppedError("the member stops during a CommitLog transfer")
                 leader = self.driver.leader_id
                 if not leader or leader == self.self_id:
                     await asyncio.sleep(0.2)

@@ -47,6 +47,9 @@ class GroupStateMachine:
             raise ValueError(f"command entry type {entry_type:#x} is already registered")
         self._commands[entry_type] = apply
 
+    def command(self, entry_type: int) -> CommandApply | None:
+        return self._commands.get(entry_type)
+
     def add_commit_listener(self, cb: CommitListener) -> None:
         self._commit_listeners.append(cb)
 
