@@ -140,9 +140,9 @@ class CommitLogRaftStorage(RaftStorage):
 
     def _cut(self, offset: int, why: str) -> None:
         st = self.store
-        if offset < st.confirm_offset:
-            raise StoreError(f"raft group: refusing to cut visible (committed) CommitLog data at {offset} "
-                             f"(visible up to {st.confirm_offset}) for {why}")
+        if offset < st.replica.replicated_offset:  # the applied (committed) end; confirm_offset may sit past a BLANK
+            raise StoreError(f"raft group: refusing to cut committed CommitLog data at {offset} (applied up to "
+                             f"{st.replica.replicated_offset}) for {why}")
         self.truncated_bytes += st.max_phys_offset - offset
         log.warning("raft group: CommitLog cut from %d back to %d (%s)", st.max_phys_offset, offset, why)
         st.truncate_dirty(offset)
@@ -167,7 +167,7 @@ class CommitLogRaftStorage(RaftStorage):
             self.ends = {ready.snapshot.index: end}
             self.placed.clear()
             if st.max_phys_offset > end:
-                self._cut(max(end, st.confirm_offset), "an installed snapshot")
+                self._cut(max(end, st.replica.replicated_offset), "an installed snapshot")
             await self._catch_up(end)
         cs = ready.compact_snapshot
         if cs is not None and cs.index in self.ends:  # the log drops entries <= cs.index once it is saved
