@@ -50,7 +50,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("orbitmq.broker.raft_mode.local_delivery")
 
 ENTRY_TYPE = 0x10  # Raft entry type of delivery commands (router entries)
+DLQ_DONE_TYPE = 0x11  # Raft entry type: a dead-lettered message is in its DLQ (JSON [key, queue, offset])
 SNAPSHOT_PART = 0x10  # the router's state in the group snapshot
+DLQ_PART = 0x11  # dead-lettered messages not yet in their DLQ (JSON [[key, queue, offset, count], ...])
 TICK_S = 0.2  # leader: Expire of due checkouts; every member: consumer reconciliation
 RECONCILE_EVERY_S = 1.0
 NODE_DOWN_AFTER_S = 5.0  # a member whose match index stands still behind the log this long is down (NodeDown)
@@ -133,8 +135,14 @@ class LocalDeliveryService:
         self.sent = 0  # deliveries answered by this member (messages)
         self.sent_bytes = 0
         self.dead_lettered = 0
+        # dead-lettered on every member (log order), until the leader's DLQ put is confirmed by a DLQ_DONE entry: a
+        # new leader puts what is left (at least once into the DLQ, never lost)
+        self.dead_pending: dict[tuple[str, int, int], int] = {}
+        self._dlq_inflight: set[tuple[str, int, int]] = set()
         group.register_command(ENTRY_TYPE, self._apply)
+        group.register_command(DLQ_DONE_TYPE, self._apply_dlq_done)
         group.register_snapshot_part(SNAPSHOT_PART, lambda: self.replica.router.snapshot(), self._restore)
+        group.register_snapshot_part(DLQ_PART, self._snapshot_dead, self._restore_dead)
         group.add_role_listener(self._on_role)
         group.add_messages_listener(self._on_messages)
         ctx.runtime_extras.append(self.runtime)
@@ -174,8 +182,10 @@ class LocalDeliveryService:
                 box = self.inboxes.get(e.consumer)
                 if box is not None:
                     box.drop(e.did)
-            elif isinstance(e, DeadLettered) and self.group.driver.is_leader:
-                self._spawn(self._dead_letter(key, e))
+            elif isinstance(e, DeadLettered):
+                self.dead_pending[(key, e.queue, e.offset)] = e.count
+                if self.group.driver.is_leader:
+                    self._spawn(self._dead_letter(key, e.queue, e.offset, e.count))
         for d in mine:
             self._deliver(key, d)
 
@@ -188,7 +198,25 @@ class LocalDeliveryService:
         for key, d in self.replica.restore(data):
             self._deliver(key, d)
 
+    def _apply_dlq_done(self, index: int, payload: bytes) -> None:
+        key, queue, offset = orjson.loads(payload)
+        self.dead_pending.pop((str(key), int(queue), int(offset)), None)
+
+    def _snapshot_dead(self) -> bytes:
+        return orjson.dumps([[k, q, o, n] for (k, q, o), n in self.dead_pending.items()])
+
+    def _restore_dead(self, data: bytes) -> None:
+        self.dead_pending = {(str(k), int(q), int(o)): int(n) for k, q, o, n in orjson.loads(data)}
+
+    def _retry_dead_letters(self) -> None:
+        """Leader: put what is dead-lettered but not confirmed in its DLQ (a new leader; a put that failed)."""
+        for (key, queue, offset), count in list(self.dead_pending.items()):
+            if (key, queue, offset) not in self._dlq_inflight:
+                self._spawn(self._dead_letter(key, queue, offset, count))
+
     def _on_role(self, role: Role, term: int, leader_id: str) -> None:
+        if role == Role.LEADER:
+            self._retry_dead_letters()
         self._lag_since.clear()
         self._last_match.clear()
         self._node_down_sent.clear()
@@ -249,6 +277,8 @@ class LocalDeliveryService:
                 if self.group.driver.is_leader:
                     await self._expire()
                     await self._nodes_down(loop.time())
+                    if loop.time() - last_reconcile >= RECONCILE_EVERY_S:
+                        self._retry_dead_letters()
                 if loop.time() - last_reconcile >= RECONCILE_EVERY_S:
                     last_reconcile = loop.time()
                     await self._reconcile()
@@ -305,26 +335,40 @@ class LocalDeliveryService:
                                             and idle > max(IDLE_DOWN_S, 2 * c.invisible_ms / 1000)):
                     await self.propose(key, dc.ConsumerDown(now, cid))
 
-    async def _dead_letter(self, key: str, e: DeadLettered) -> None:
-        topic, _, group_name = key.rpartition("@")
-        res = self.group.real_store.get_message(group_name, topic, e.queue, e.offset, 1)
-        if res.status is not GetStatus.FOUND:
-            log.warning("local delivery: dead-lettered %s %d@%d is gone from the store", key, e.queue, e.offset)
+    async def _dead_letter(self, key: str, queue: int, offset: int, count: int) -> None:
+        """Leader: the message into %DLQ%<group>, then a DLQ_DONE entry. A leader change between the two puts it
+        again (at least once)."""
+        item = (key, queue, offset)
+        if item in self._dlq_inflight:
             return
-        m = decode_record(res.buffers[0])
-        dlq = DLQ_PREFIX + group_name
-        self.ctx.topics.create_system_topic(dlq, 1, Perm.READ)
-        props = dict(m.properties)
-        props.setdefault(Prop.RETRY_TOPIC, m.topic)
-        props.setdefault(Prop.ORIGIN_MESSAGE_ID, m.msg_id)
-        msg = MessageInner(dlq, 0, m.body, props, m.flag, m.sys_flag & ~0xC, m.born_timestamp, m.born_host,
-                           self.ctx.store_host, e.count)
-        result = await self.ctx.store.put_messages([msg])
-        if result.status is PutStatus.PUT_OK:
+        self._dlq_inflight.add(item)
+        try:
+            await self._put_dead_letter(key, queue, offset, count)
+        finally:
+            self._dlq_inflight.discard(item)
+
+    async def _put_dead_letter(self, key: str, queue: int, offset: int, count: int) -> None:
+        topic, _, group_name = key.rpartition("@")
+        res = self.group.real_store.get_message(group_name, topic, queue, offset, 1)
+        if res.status is GetStatus.FOUND:
+            m = decode_record(res.buffers[0])
+            dlq = DLQ_PREFIX + group_name
+            self.ctx.topics.create_system_topic(dlq, 1, Perm.READ)
+            props = dict(m.properties)
+            props.setdefault(Prop.RETRY_TOPIC, m.topic)
+            props.setdefault(Prop.ORIGIN_MESSAGE_ID, m.msg_id)
+            msg = MessageInner(dlq, 0, m.body, props, m.flag, m.sys_flag & ~0xC, m.born_timestamp, m.born_host,
+                               self.ctx.store_host, count)
+            result = await self.ctx.store.put_messages([msg])
+            if result.status is not PutStatus.PUT_OK:
+                log.warning("local delivery: %s %d@%d not put into %s: %s (retried)", key, queue, offset, dlq,
+                            result.status.name)
+                return
             self.dead_lettered += 1
         else:
-            log.warning("local delivery: %s %d@%d not put into %s: %s", key, e.queue, e.offset, dlq,
-                        result.status.name)
+            log.warning("local delivery: dead-lettered %s %d@%d is gone from the store", key, queue, offset)
+        with contextlib.suppress(OrbitMQError, TimeoutError):
+            await self.group.forward_command(DLQ_DONE_TYPE, orjson.dumps([key, queue, offset]))
 
     async def stop(self) -> None:
         for t in list(self._tasks):
@@ -576,6 +620,7 @@ class LocalDeliveryService:
                 "localDeliveryWaiting": str(sum(len(m.ready) + len(m.returns) for m in machines.values())),
                 "localDeliveryConsumers": str(sum(len(m.consumers) for m in machines.values())),
                 "localDeliveryDeadLettered": str(self.dead_lettered),
+                "localDeliveryDeadPending": str(len(self.dead_pending)),
                 "localDeliveryApplied": str(self.group.sm.applied),
                 "localDeliveryDigest": hashlib.blake2b(self.replica.router.snapshot(), digest_size=8).hexdigest()}
 

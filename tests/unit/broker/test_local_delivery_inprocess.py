@@ -18,11 +18,13 @@ from orbitmq.broker.raft_mode.local_delivery import (
 )
 from orbitmq.broker.raft_mode.service import RaftGroupService
 from orbitmq.client import broker_api
+from orbitmq.delivery.effects import DeadLettered
 from orbitmq.delivery.router import DeliveryRouter
-from orbitmq.model import Prop
+from orbitmq.model import Prop, decode_record
 from orbitmq.model.topic import TopicConfig
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.remoting import RemotingClient
+from orbitmq.store import GetStatus
 from orbitmq.store.results import MessageInner
 from tests.unit.broker.raft_inprocess import raft_brokers, until
 
@@ -221,3 +223,57 @@ def test_change_invisible_expiry_batch_ack_and_node_down(tmp_path: Path) -> None
                     await b.stop()
 
     asyncio.run(asyncio.wait_for(main(), 120))
+
+
+def test_dead_letter_survives_a_leader_change_before_the_dlq_put(tmp_path: Path) -> None:
+    """A DeadLettered effect is applied on every member; the leader dies before its DLQ put: the new leader puts
+    the message into %DLQ%<group> (from the replicated pending set), then DLQ_DONE clears it everywhere."""
+    async def main() -> None:
+        brokers = raft_brokers(tmp_path, "raft-dlq", local_delivery_groups=GROUP, raft_snapshot_every=1000)
+        for b in brokers:
+            await b.start()
+            b.ctx.topics.create_or_update(TopicConfig(TOPIC, 4, 4))
+        stopped: set[int] = set()
+        try:
+            groups: list[RaftGroupService] = [b.ctx.services["raft_group"] for b in brokers]  # type: ignore[misc]
+            lds: list[LocalDeliveryService] = [b.ctx.services["local_delivery"] for b in brokers]  # type: ignore[misc]
+
+            def leader() -> int | None:
+                lead = [i for i, g in enumerate(groups) if g.driver.is_leader and i not in stopped]
+                ok = len(lead) == 1 and all(groups[i].driver.leader_id == groups[lead[0]].self_id
+                                            for i in range(3) if i not in stopped)
+                return lead[0] + 1 if ok else None
+            li = await until("a leader every member knows", leader) - 1
+            put = await brokers[li].ctx.store.put_message(MessageInner(TOPIC, 2, b"poison", {}))
+            assert put.ok, put
+            await until("the message applied everywhere",
+                        lambda: all(g.sm.applied >= groups[li].sm.applied for g in groups))
+
+            async def dies_first(*_a: Any) -> None:  # the old leader is killed before its DLQ put
+                return None
+            lds[li]._dead_letter = dies_first  # type: ignore[method-assign]
+            key = f"{TOPIC}@{GROUP}"
+            for ld in lds:  # what applying the entry that dead-letters the message does on each member
+                ld._effects(key, [DeadLettered(2, put.queue_offset, 16)], [])
+            assert all(ld.dead_pending for ld in lds)
+            await brokers[li].stop()
+            stopped.add(li)
+            nl = await until("a new leader", leader) - 1
+            dlq = "%DLQ%" + GROUP
+
+            def in_dlq() -> list[bytes] | None:
+                store = groups[nl].real_store
+                got = store.get_message(GROUP, dlq, 0, 0, 10)
+                if got.status is not GetStatus.FOUND:
+                    return None
+                return [decode_record(b).body for b in got.buffers]
+            assert await until("the new leader put it into the DLQ", in_dlq) == [b"poison"]
+            await until("DLQ_DONE applied on the live members",
+                        lambda: all(not lds[i].dead_pending for i in range(3) if i not in stopped))
+            assert lds[nl].dead_lettered == 1
+        finally:
+            for i, b in enumerate(brokers):
+                if i not in stopped:
+                    await b.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 90))
