@@ -26,11 +26,10 @@ from orbitmq.protocol.bodies import BrokerReplicasInfo, GetMetaDataResponseHeade
 from orbitmq.protocol.bodies.controller import ReplicasInfo, broker_names_body
 from orbitmq.testing.procs import (
     LOCALHOST,
+    PortPool,
     ServerProcess,
     blocking_request,
     broker_conf_keys,
-    free_broker_port,
-    free_port,
     start_namesrv,
     write_conf,
 )
@@ -247,7 +246,7 @@ class ControllerCluster:
         self.broker_keys = {**BROKER_DEFAULTS, **(broker_keys or {})}
         self.namesrv_keys = dict(namesrv_keys or {})
         self.proxies = ProxyLoop()
-        self._reserved: set[int] = set()
+        self._ports = PortPool()
         self.gate = HaGate(self.root) if ha_gate else None
         self.controllers = self._lay_out_controllers(controllers, {**CONTROLLER_DEFAULTS, **(controller_keys or {})})
         self.ns: ServerProcess | None = None
@@ -257,12 +256,7 @@ class ControllerCluster:
 
     # -- layout --
     def _lay_out_controllers(self, n: int, keys: dict[str, Any]) -> list[Controller]:
-        ports: list[int] = []
-        while len(ports) < n:
-            p = free_port()
-            if p not in ports:
-                ports.append(p)
-        self._reserved |= set(ports)
+        ports = [self._ports.port() for _ in range(n)]
         peers = ";".join(f"n{i}-{LOCALHOST}:{p}" for i, p in enumerate(ports))
         out = []
         for i, port in enumerate(ports):
@@ -276,14 +270,8 @@ class ControllerCluster:
         return out
 
     def _free_broker_port(self) -> int:
-        """A broker port whose block (VIP p-2 .. HA p+1) overlaps no port handed out earlier: members are laid out
-        before any of them listens, so the OS cannot tell us about each other's ports."""
-        while True:
-            p = free_broker_port()
-            block = set(range(p - 2, p + 2))
-            if not block & self._reserved:
-                self._reserved |= block
-                return p
+        """A broker port whose block (VIP p-2 .. HA p+1) overlaps no port handed out earlier (PortPool)."""
+        return self._ports.broker_port()
 
     def _lay_out_broker(self, group: str, index: int) -> BrokerMember:
         port = self._free_broker_port()

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 from orbitmq.testing.controller_cluster import CLUSTER, ControllerCluster, ProxyLoop, _cut, wait_until
 from orbitmq.testing.procs import (
     LOCALHOST,
+    PortPool,
     ServerProcess,
     broker_conf_keys,
     start_namesrv,
@@ -81,7 +82,7 @@ class LeaseCluster:
         self.root = Path(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.proxies = ProxyLoop()
-        self._reserved: set[int] = set()
+        self._ports = PortPool()
         self.first_group = GROUP
 
     # the same as ControllerCluster's (they read only ns_addr, first_group and a member's addr / proc)

@@ -95,6 +95,29 @@ def free_broker_port(host: str = LOCALHOST, attempts: int = 200) -> int:
     raise RuntimeError("no free broker port block (p-2..p+1) found")
 
 
+class PortPool:
+    """Ports for members laid out before any of them listens (the OS cannot tell us about each other's ports yet):
+    every port and broker block (VIP p-2 .. HA p+1) handed out is distinct from the earlier ones."""
+
+    def __init__(self) -> None:
+        self.reserved: set[int] = set()
+
+    def port(self) -> int:
+        while True:
+            p = free_port()
+            if p not in self.reserved:
+                self.reserved.add(p)
+                return p
+
+    def broker_port(self) -> int:
+        while True:
+            p = free_broker_port()
+            block = set(range(p - 2, p + 2))
+            if not block & self.reserved:
+                self.reserved |= block
+                return p
+
+
 def free_port_block(count: int, step: int, host: str = LOCALHOST, attempts: int = 200) -> int:
     """A base port b such that b-2 .. b+1, b+step-2 .. b+step+1, ... (`count` blocks) are all free: the ports of
     `orbitmq cluster init` members (name servers step 1, brokers step 10, each broker using port-2 .. port+1)."""

@@ -14,10 +14,9 @@ from orbitmq.protocol import RemotingCommand, RequestCode
 from orbitmq.testing.controller_cluster import wait_until
 from orbitmq.testing.procs import (
     LOCALHOST,
+    PortPool,
     ServerProcess,
     blocking_request,
-    free_broker_port,
-    free_port,
     start_namesrv,
     wait_broker_registered,
     write_broker_conf,
@@ -31,8 +30,9 @@ class RaftGroup:
         self.broker_name = broker_name
         self.keys = keys
         self.ns: ServerProcess | None = None
-        self.ports = [free_broker_port() for _ in range(size)]
-        self.raft_ports = [free_port() for _ in range(size)]
+        pool = PortPool()  # distinct: a Raft port equal to another member's broker or HA port fails its start
+        self.ports = [pool.broker_port() for _ in range(size)]
+        self.raft_ports = [pool.port() for _ in range(size)]
         self.ids = [f"n{i}" for i in range(size)]
         self.peers = ";".join(f"{i}-{LOCALHOST}:{p}" for i, p in zip(self.ids, self.raft_ports, strict=True))
         self.brokers: list[ServerProcess] = []
