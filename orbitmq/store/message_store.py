@@ -862,6 +862,10 @@ class MessageStore:
             # (re-appended) region as corruption inside flushed data
             self._save_checkpoint()
 
+    def pending_requests(self) -> list[DispatchRequest]:
+        """Records appended but not visible yet (gated by flush or replicas), oldest first (a copy)."""
+        return list(self._pending)
+
     def hide_from(self, phys_offset: int) -> None:
         """Make the records at/after phys_offset (a record boundary) invisible again without touching the CommitLog:
         their ConsumeQueue/index entries go and they wait, pending, until the replica gate releases them

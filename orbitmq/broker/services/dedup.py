@@ -547,6 +547,11 @@ class DedupService:
         died before answering, is then answered instead of stored twice)."""
         if not self.ctx.config.is_slave:
             self._replicated_end = self.ctx.store.max_phys_offset
+            # received but not visible yet (a gate waiting for this new master's own confirmation): remembered now,
+            # so a retry that arrives before they are dispatched is answered too
+            pending = getattr(self.ctx.store, "pending_requests", None)
+            for req in pending() if pending is not None else ():
+                self.on_dispatch(req)
 
     # ---- journal ----
     def _encode_new_rows(self, covered: int, start: int, end: int, lines: list[bytes],

@@ -151,6 +151,25 @@ def test_a_tail_received_as_slave_and_dispatched_after_the_switch_is_remembered(
     assert table_key("OWN", "T", {}) not in replica.table.entries
 
 
+def test_a_tail_still_pending_at_the_switch_is_remembered_before_it_is_dispatched(tmp_path: Any) -> None:
+    """The new master holds the replicated tail behind its visibility gate (waiting for its own confirmation) when
+    the producer's retry arrives: the retry is answered with the original, not stored a second time."""
+    clock = _Clock()
+    master, slave = _store("/m", clock), _store("/s", clock)
+    replica = _svc(tmp_path / "s", slave, clock)
+    original = _put(master, _msg("GATED", qid=2))
+    slave.replica.set_policy(wait_ms=0, gate_visibility=True, available=None)
+    start = slave.max_phys_offset
+    slave.replica.append_raw(start, master.read_commitlog(start, master.max_phys_offset - start))
+    assert slave.pending_requests() and len(replica.table) == 0  # received, held by the gate
+    _promote(replica)
+    resp = replica.before_put(None, _req(), [_msg("GATED", qid=0)])
+    assert resp is not None and resp.code == 0, "a retry arriving before the gated tail is dispatched is stored twice"
+    assert (resp.ext_fields["queueId"], resp.ext_fields["queueOffset"]) == ("2", str(original.queue_offset))
+    slave.replica.on_replicated(slave.max_phys_offset)  # dispatched later: remembered once, unchanged
+    assert len([k for k in replica.table.entries if k.startswith("GATED")]) == 1
+
+
 def test_a_master_does_not_feed_its_own_dispatches(tmp_path: Any) -> None:
     clock = _Clock()
     master = _store("/m", clock)
