@@ -422,6 +422,20 @@ def registered_broker_addrs(namesrv_addr: str, timeout_s: float = 3.0) -> set[st
     return {a for bd in info.broker_addr_table.values() for a in bd.broker_addrs.values()}
 
 
+def registered_master(namesrv_addr: str, broker_name: str, timeout_s: float = 3.0) -> str | None:
+    """The address the name server lists as brokerId 0 of `broker_name` (None: no master registered)."""
+    from orbitmq.protocol import RemotingCommand, RequestCode
+    from orbitmq.protocol.bodies import ClusterInfo
+
+    resp = blocking_request(namesrv_addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), timeout_s)
+    if resp.code != 0 or not resp.body:
+        return None
+    bd = ClusterInfo.from_json(resp.body).broker_addr_table.get(broker_name)
+    if bd is None:
+        return None
+    return bd.broker_addrs.get(0)
+
+
 def wait_broker_registered(namesrv_addr: str, broker_addr: str, timeout_s: float = 20.0,
                            proc: ServerProcess | None = None) -> None:
     """Block until the name server lists `broker_addr`; RuntimeError (with the log tail of `proc`) otherwise."""

@@ -17,6 +17,7 @@ from orbitmq.testing.procs import (
     PortPool,
     ServerProcess,
     blocking_request,
+    registered_master,
     start_namesrv,
     wait_broker_registered,
     write_broker_conf,
@@ -74,12 +75,19 @@ class RaftGroup:
             return {}
 
     def leader(self, timeout_s: float = 30.0, exclude: int | None = None) -> int:
-        """Index of the member that is leader (and says so in a term nobody else leads in)."""
+        """Index of the member that is leader (and says so in a term nobody else leads in), once the name server
+        lists it as the group's brokerId 0 (clients route sends to it: before that a client finds no route)."""
         def find() -> tuple[int] | None:  # a tuple: wait_until wants a truthy answer, and 0 is a member
             leaders = [i for i in range(self.size) if i != exclude
                        and self._safe_runtime(i).get("dLegerRole") == "LEADER"]
-            return (leaders[0],) if len(leaders) == 1 else None
-        return wait_until("a Raft leader", find, timeout_s, 0.05)[0]
+            if len(leaders) != 1:
+                return None
+            try:
+                routed = registered_master(self.ns_addr, self.broker_name) == self.addr(leaders[0])
+            except (OSError, ConnectionError):
+                routed = False
+            return (leaders[0],) if routed else None
+        return wait_until("a Raft leader registered as brokerId 0", find, timeout_s, 0.05)[0]
 
     def kill9(self, i: int) -> float:
         self.brokers[i].kill9()
