@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from orbitmq.base.errors import OrbitMQError, ProtocolError
+from orbitmq.broker.raft_mode.codec import decode_items
 
 BATCH = 0x0E  # internal entry type: several commands in one entry
 MAX_COUNT = 512  # commands per batch
@@ -39,26 +40,10 @@ def encode_batch(cmds: list[tuple[int, bytes]]) -> bytes:
 
 
 def _items(data: bytes | memoryview, what: str) -> list[tuple[int, bytes]]:
-    buf = memoryview(data)
-    if len(buf) < _COUNT.size:
-        raise ProtocolError(f"{what} of {len(buf)} bytes")
-    (count,) = _COUNT.unpack_from(buf)
-    pos = _COUNT.size
-    if count > (len(buf) - pos) // _ITEM.size:
-        raise ProtocolError(f"{what} claims {count} items in {len(buf)} bytes")
-    out: list[tuple[int, bytes]] = []
-    for _ in range(count):
-        if pos + _ITEM.size > len(buf):
-            raise ProtocolError(f"{what} truncated at byte {pos}")
-        kind, n = _ITEM.unpack_from(buf, pos)
-        pos += _ITEM.size
-        if pos + n > len(buf):
-            raise ProtocolError(f"{what} truncated at byte {pos} (item of {n} bytes)")
-        out.append((kind, bytes(buf[pos:pos + n])))
-        pos += n
-    if pos != len(buf):
-        raise ProtocolError(f"{what} has {len(buf) - pos} trailing bytes")
-    return out
+    if len(data) < _COUNT.size:
+        raise ProtocolError(f"{what} of {len(data)} bytes")
+    (count,) = _COUNT.unpack_from(data)
+    return decode_items(data, _COUNT.size, count, what)
 
 
 def decode_batch(payload: bytes | memoryview) -> list[tuple[int, bytes]]:

@@ -49,17 +49,25 @@ def decode_snapshot(data: bytes) -> tuple[int, int, dict[int, bytes]]:
     magic, version, index, phys_end, count = _SNAP.unpack_from(data)
     if magic != SNAP_MAGIC or version != 2:
         raise ProtocolError(f"not a raft group snapshot (magic {magic!r}, version {version})")
-    pos = _SNAP.size
-    parts: dict[int, bytes] = {}
+    return int(index), int(phys_end), dict(decode_items(data, _SNAP.size, count, "raft group snapshot"))
+
+
+def decode_items(data: bytes | memoryview, pos: int, count: int, what: str) -> list[tuple[int, bytes]]:
+    """`count` items (type u8, length u32, bytes) from `pos` to the end of `data` exactly; ProtocolError when the
+    count cannot fit, an item is truncated or bytes trail (a hostile count allocates nothing)."""
+    buf = memoryview(data)
+    if count > (len(buf) - pos) // _PART.size:
+        raise ProtocolError(f"{what} claims {count} items in {len(buf)} bytes")
+    out: list[tuple[int, bytes]] = []
     for _ in range(count):
-        if pos + _PART.size > len(data):
-            raise ProtocolError(f"raft group snapshot truncated at byte {pos}")
-        kind, n = _PART.unpack_from(data, pos)
+        if pos + _PART.size > len(buf):
+            raise ProtocolError(f"{what} truncated at byte {pos}")
+        kind, n = _PART.unpack_from(buf, pos)
         pos += _PART.size
-        if pos + n > len(data):
-            raise ProtocolError(f"raft group snapshot truncated at byte {pos} (part of {n} bytes)")
-        parts[kind] = data[pos:pos + n]
+        if pos + n > len(buf):
+            raise ProtocolError(f"{what} truncated at byte {pos} (item of {n} bytes)")
+        out.append((kind, bytes(buf[pos:pos + n])))
         pos += n
-    if pos != len(data):
-        raise ProtocolError(f"raft group snapshot has {len(data) - pos} trailing bytes")
-    return int(index), int(phys_end), parts
+    if pos != len(buf):
+        raise ProtocolError(f"{what} has {len(buf) - pos} trailing bytes")
+    return out
