@@ -40,7 +40,6 @@ REF = 0x09  # Raft log record of a RECORDS entry: type u8, phys u64, length u32,
 RECORDS_HEAD = struct.Struct(">BQ")
 REF_FORMAT = struct.Struct(">BQII")
 _NO_QUEUE_OFFSET = (0x4, 0xC)  # PREPARED / ROLLBACK records take no queue offset
-OWN_LIMIT = 100_000  # own proposals remembered until their entry is prepared (dropped ones are forgotten)
 
 Fetch = Callable[[int], Awaitable[None]]
 
@@ -119,9 +118,7 @@ class CommitLogRaftStorage(RaftStorage):
         end = st.max_phys_offset
         data = records_entry(start, self._read(start, end))
         self._own_tail = end
-        if len(self._own) >= OWN_LIMIT:
-            self._own.clear()
-        self._own[id(data)] = (data, msgs, result)
+        self._own[id(data)] = (data, msgs, result)  # until its entry is prepared (or the next term's first put)
         return data, result
 
     def last_end(self) -> int:
