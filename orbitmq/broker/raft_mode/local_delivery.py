@@ -145,6 +145,7 @@ class LocalDeliveryService:
         group.register_snapshot_part(DLQ_PART, self._snapshot_dead, self._restore_dead)
         group.add_role_listener(self._on_role)
         group.add_messages_listener(self._on_messages)
+        group.add_delete_listener(self._on_deleted)
         ctx.runtime_extras.append(self.runtime)
 
     def serves(self, group_name: str) -> bool:
@@ -197,6 +198,23 @@ class LocalDeliveryService:
     def _restore(self, data: bytes) -> None:
         for key, d in self.replica.restore(data):
             self._deliver(key, d)
+
+    def _on_deleted(self, topic: str | None, group_name: str | None) -> None:
+        """A topic or subscription group deleted (applied on every member at the same index): its local-delivery
+        queues go, with what they hold, the deliveries waiting here and their pending dead letters."""
+        gone = set()
+        for key in list(self.replica.router.machines):
+            t, _, g = key.rpartition("@")
+            if t == topic or g == group_name:
+                del self.replica.router.machines[key]
+                gone.add(key)
+        if not gone:
+            return
+        for box in self.inboxes.values():
+            box.items = deque(x for x in box.items if x[0] not in gone)
+        for item in [i for i in self.dead_pending if i[0] in gone]:
+            del self.dead_pending[item]
+        log.info("local delivery: queues %s deleted", ", ".join(sorted(gone)))
 
     def _apply_dlq_done(self, index: int, payload: bytes) -> None:
         key, queue, offset = orjson.loads(payload)

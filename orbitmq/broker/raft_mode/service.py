@@ -128,6 +128,7 @@ class RaftGroupService:
                                      bind, int(port), name="raft-group")
         self._sign = cluster_signer(cfg.cluster_secret)
         self._stopping = False
+        self._delete_listeners: list[Callable[[str | None, str | None], None]] = []
         self._forward_client: RemotingClient | None = None
         self.fetched_bytes = 0
         self.sm.on_restored = self._on_restored
@@ -171,6 +172,11 @@ class RaftGroupService:
 
     def add_messages_listener(self, cb: MessagesListener) -> None:
         self.sm.add_messages_listener(cb)
+
+    def add_delete_listener(self, cb: Callable[[str | None, str | None], None]) -> None:
+        """cb(topic, None) when a TOPIC_DELETE is applied, cb(None, group) for a GROUP_DELETE (every member, log
+        order, deterministic)."""
+        self._delete_listeners.append(cb)
 
     def register_snapshot_part(self, part_type: int, snapshot: Callable[[], bytes],
                                restore: Callable[[bytes], None]) -> None:
@@ -416,6 +422,7 @@ class RaftGroupService:
         existed = ctx.topics.delete(topic)
         ctx.offsets.remove_topic(topic)
         self.real_store.delete_topics({topic})
+        self._tell_deleted(topic, None)
         self._topics_sent.pop(topic, None)
         self._tombstones.pop(topic, None)
         self._tombstones[topic] = None
@@ -435,6 +442,14 @@ class RaftGroupService:
         self.ctx.groups.delete(group)
         if body.get("removeOffset"):
             self.ctx.offsets.remove_group(group)
+        self._tell_deleted(None, group)
+
+    def _tell_deleted(self, topic: str | None, group: str | None) -> None:
+        for cb in list(self._delete_listeners):
+            try:
+                cb(topic, group)
+            except Exception:
+                log.exception("raft group %s: delete listener failed", self.group)
 
     # ---- consumer offsets: the leader's commits go through the log every OFFSETS_EVERY_S --------------------------
     def _on_offset_commit(self, key: str, queue_id: int, offset: int) -> None:

@@ -277,3 +277,49 @@ def test_dead_letter_survives_a_leader_change_before_the_dlq_put(tmp_path: Path)
                     await b.stop()
 
     asyncio.run(asyncio.wait_for(main(), 90))
+
+
+def test_deleting_the_topic_or_the_group_deletes_its_local_delivery_queue_everywhere(tmp_path: Path) -> None:
+    async def main() -> None:
+        brokers = raft_brokers(tmp_path, "raft-del", local_delivery_groups=f"{GROUP},other-group",
+                               raft_snapshot_every=1000)
+        for b in brokers:
+            await b.start()
+            b.ctx.topics.create_or_update(TopicConfig(TOPIC, 4, 4))
+        client = RemotingClient(name="del")
+        try:
+            groups: list[RaftGroupService] = [b.ctx.services["raft_group"] for b in brokers]  # type: ignore[misc]
+            lds: list[LocalDeliveryService] = [b.ctx.services["local_delivery"] for b in brokers]  # type: ignore[misc]
+
+            def agreed() -> int | None:
+                lead = [i for i, g in enumerate(groups) if g.driver.is_leader]
+                ok = len(lead) == 1 and all(g.driver.leader_id == groups[lead[0]].self_id for g in groups)
+                return lead[0] + 1 if ok else None
+            li = await until("a leader every member knows", agreed) - 1
+            fi = (li + 1) % 3
+            key = f"{TOPIC}@{GROUP}"
+            pop = _pop(poll_ms=50)
+            resp = await client.invoke(brokers[fi].addr, pop, 5000)  # attaches: the queue exists on every member
+            assert resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND), resp.remark
+            other = RemotingCommand.request(RequestCode.POP_MESSAGE, {**pop.ext_fields, "consumerGroup": "other-group"})
+            resp = await client.invoke(brokers[fi].addr, other, 5000)
+            await until("both queues on every member",
+                        lambda: all({key, f"{TOPIC}@other-group"} <= set(ld.replica.router.machines) for ld in lds))
+            resp = await client.invoke(brokers[li].addr, RemotingCommand.request(
+                RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "other-group", "removeOffset": "true"}), 5000)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            await until("the group's queue gone everywhere",
+                        lambda: all(f"{TOPIC}@other-group" not in ld.replica.router.machines for ld in lds))
+            assert all(key in ld.replica.router.machines for ld in lds)
+            resp = await client.invoke(brokers[li].addr, RemotingCommand.request(
+                RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": TOPIC}), 5000)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            await until("the topic's queue gone everywhere", lambda: all(not ld.replica.router.machines for ld in lds))
+            digests = {ld.runtime()["localDeliveryDigest"] for ld in lds}
+            assert len(digests) == 1, digests
+        finally:
+            await client.close()
+            for b in brokers:
+                await b.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 90))
