@@ -165,7 +165,7 @@ class Broker:
         clients.on_consumer_ids_changed = self.notifier.on_change
         self.pull = pull_handlers.build(ctx)
         assert self.pull.long_poll is not None
-        store.add_dispatch_listener(self.pull.long_poll.on_dispatch)
+        store.add_dispatch_listener(self.pull.long_poll.on_dispatch, while_nonempty=self.pull.long_poll.held_table)
         self.pull.long_poll.set_limits(lambda: HoldLimits(ctx.config.long_polling_max_hold_ms,
                                                           ctx.config.long_polling_max_held_per_connection,
                                                           ctx.config.long_polling_max_held),

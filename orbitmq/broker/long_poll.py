@@ -108,6 +108,12 @@ class LongPollService:
         return sum(len(v) for v in self._held.values())
 
     @property
+    def held_table(self) -> dict[tuple[str, int], list[HeldPull]]:
+        """The live table of parked pulls (never replaced): on_dispatch does nothing while it is empty, so the
+        store calls it only while it is not (add_dispatch_listener's while_nonempty)."""
+        return self._held
+
+    @property
     def held_count(self) -> int:
         """Pulls parked or about to be answered (what the caps count)."""
         return self._count

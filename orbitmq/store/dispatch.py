@@ -8,7 +8,7 @@ Derived stores never reach back into the CommitLog: they receive requests only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -71,6 +71,62 @@ class Dispatcher:
 
     def __len__(self) -> int:
         return len(self._targets)
+
+
+Listener = Callable[[DispatchRequest], None]
+
+
+class DispatchListeners:
+    """The store's dispatch listeners (long-poll, pop, delay, timer, de-dup), called in registration order, each
+    behind its own try: a failing listener is logged and breaks neither the write path nor the listeners after it.
+
+    A listener may narrow what it is called for, where it would do nothing with the other records anyway:
+    `topics` (records of these topics only) and `while_nonempty` (a container of its own, e.g. its table of
+    waiting requests: called only while that container is non-empty; the container must be the listener's
+    live object, never replaced). The common record (a user topic, nobody waiting) then costs one set lookup,
+    one `any()` over the containers and the calls of the unfiltered listeners only."""
+
+    __slots__ = ("_entries", "_plain", "_topics", "_gates")
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[Listener, frozenset[str] | None, Collection[object] | None]] = []
+        self._plain: list[Listener] = []  # the listeners without a filter, in registration order
+        self._topics: frozenset[str] = frozenset()  # union of the listeners' topic filters
+        self._gates: list[Collection[object]] = []  # any(self._gates): is some container non-empty?
+
+    def add(self, fn: Listener, *, topics: Iterable[str] | None = None,
+            while_nonempty: Collection[object] | None = None) -> None:
+        wanted = None if topics is None else frozenset(topics)
+        self._entries.append((fn, wanted, while_nonempty))
+        if wanted is None and while_nonempty is None:
+            self._plain.append(fn)
+        if wanted is not None:
+            self._topics |= wanted
+        if while_nonempty is not None:
+            self._gates.append(while_nonempty)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def dispatch(self, req: DispatchRequest) -> None:
+        if req.topic in self._topics or any(self._gates):
+            self._filtered(req)
+            return
+        for fn in self._plain:  # no filtered listener wants this record: the unfiltered ones, in order
+            try:
+                fn(req)
+            except Exception:  # a listener (long-poll notifier) must not break the write path
+                log.exception("dispatch listener failed")
+
+    def _filtered(self, req: DispatchRequest) -> None:
+        topic = req.topic
+        for fn, topics, gate in self._entries:
+            if (topics is not None and topic not in topics) or (gate is not None and not gate):
+                continue
+            try:
+                fn(req)
+            except Exception:
+                log.exception("dispatch listener failed")
 
 
 def queue_name_error(topic: str, queue_id: int) -> str | None:

@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Collection, Coroutine, Iterable
 from functools import partial
 from typing import Any
 
@@ -31,7 +31,7 @@ from orbitmq.store.commitlog import CommitLog
 from orbitmq.store.config import StoreConfig
 from orbitmq.store.consume_queue import ConsumeQueueTable
 from orbitmq.store.disk import Disk, FileLock, MmapDisk
-from orbitmq.store.dispatch import Dispatcher, DispatchRequest, SkipLog
+from orbitmq.store.dispatch import Dispatcher, DispatchListeners, DispatchRequest, SkipLog
 from orbitmq.store.flush import FlushService, flush_ranges
 from orbitmq.store.index_file import IndexService
 from orbitmq.store.layout import ABORT_FILE, CONSUMEQUEUE_DIR, CQ_ENTRY_SIZE, CQ_FILLER, INDEX_DIR, LOCK_FILE
@@ -133,7 +133,7 @@ class MessageStore:
         self.dispatcher = Dispatcher()
         self.flusher: FlushService | None = None
         self.retention: RetentionService | None = None
-        self._listeners: list[Callable[[DispatchRequest], None]] = []
+        self._listeners = DispatchListeners()
         self._confirm_offset = 0
         self._visible_on_flush = self.config.confirm_offset_mode == "flushed"
         self._pending: deque[DispatchRequest] = deque()  # appended, not yet visible ("flushed" mode)
@@ -194,7 +194,7 @@ class MessageStore:
         self.dispatcher.register(self.cq_table)
         if self.index is not None:
             self.dispatcher.register(self.index)  # IndexService.dispatch skips ROLLBACK records itself
-        self.dispatcher.register(self._dispatch_listeners)
+        self.dispatcher.register(self._listeners)
         self._save_checkpoint()
         progress.done()
         log.info("store recovery: done in %.2f s (%s)", progress.elapsed_ms() / 1000, progress.timings())
@@ -669,15 +669,11 @@ class MessageStore:
         self.replica.flushed_seen = offset
         self.replica.release_visible()  # visible up to the flush (and the replicas, when gated)
 
-    def _dispatch_listeners(self, req: DispatchRequest) -> None:
-        for fn in self._listeners:
-            try:
-                fn(req)
-            except Exception:  # a listener (long-poll notifier) must not break the write path
-                log.exception("dispatch listener failed")
-
-    def add_dispatch_listener(self, fn: Callable[[DispatchRequest], None]) -> None:
-        self._listeners.append(fn)
+    def add_dispatch_listener(self, fn: Callable[[DispatchRequest], None], *, topics: Iterable[str] | None = None,
+                              while_nonempty: Collection[object] | None = None) -> None:
+        """fn(req) for each record made visible, in registration order; `topics`: only records of these topics;
+        `while_nonempty`: only while this container of the listener's is non-empty (DispatchListeners)."""
+        self._listeners.add(fn, topics=topics, while_nonempty=while_nonempty)
 
     # ---- reads -------------------------------------------------------------------------------------------
     def get_message(

@@ -94,7 +94,7 @@ class ScheduleService:
         self.offsets = self._load()
         self._persisted = dict(self.offsets)
         if not self._listening:
-            self.ctx.store.add_dispatch_listener(self._on_dispatch)
+            self.ctx.store.add_dispatch_listener(self._on_dispatch, topics=(SCHEDULE_TOPIC,))
             listeners = getattr(self.ctx, "role_listeners", None)  # absent on test doubles of the context
             if listeners is not None:
                 listeners.append(self._on_role_change)

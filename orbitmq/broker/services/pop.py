@@ -82,7 +82,7 @@ class PopService:
         self.pending_acks: list[tuple[PopCheckpoint, list[int]]] = []  # revived while acting, for the master
         self._path = os.path.join(env.config_dir, POP_OFFSET_FILE)
         ctx.topics.create_system_topic(self.revive_topic, REVIVE_QUEUE_NUMS, Perm.READ | Perm.WRITE)
-        ctx.store.add_dispatch_listener(self._on_dispatch)
+        ctx.store.add_dispatch_listener(self._on_dispatch, while_nonempty=self._waiters)  # waiting pops only
 
     @property
     def replica(self) -> bool:

@@ -134,7 +134,7 @@ class TimerService:
         self.enqueue_offset = ckpt.enqueue_offset
         self.store.commit(self.cursor_sec, self.enqueue_offset)  # the recovered state is the new baseline
         self._last_commit_ms = self.clock.now_ms()
-        self.ctx.store.add_dispatch_listener(self._on_dispatch)
+        self.ctx.store.add_dispatch_listener(self._on_dispatch, topics=(TIMER_TOPIC,))
         log.info("timer service: delivering from %s (%d s behind), enqueue offset %d, log %d records",
                  time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.cursor_sec)),
                  max(0, now_sec - self.cursor_sec), self.enqueue_offset, self.store.records)
