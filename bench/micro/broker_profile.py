@@ -3,9 +3,11 @@ only: where the broker's CPU per request goes, function by function.
 
     .venv/bin/python bench/micro/broker_profile.py [--load sdk|cpp] [--messages 20000] [--senders 8] [--out FILE]
     .venv/bin/python bench/micro/broker_profile.py --no-profile ...   # the same load, broker CPU only
+    .venv/bin/python bench/micro/broker_profile.py --no-profile --gc0 10000 ...  # broker gen-0 GC threshold
 
 The broker runs in its own process (ASYNC_FLUSH, free ports, a temporary store) wrapped by this script's
-`--serve` mode: SIGUSR1 enables the profiler, SIGUSR2 disables it and writes the stats. Load: `sdk` = one SDK
+`--serve` mode: SIGUSR1 enables the profiler, SIGUSR2 disables it and writes the stats (with --no-profile the
+signals only time the broker's garbage collections over the window: gc.callbacks, printed per send). Load: `sdk` = one SDK
 Producer with `--senders` concurrent senders each waiting for its ack (the clients_bench sdk_c8 row); `cpp` =
 `--senders` processes of the official C++ client's synchronous sends (bench/load_worker.py, the cpp_pN rows).
 After a warm-up (500 sends / one per worker), the profile covers exactly the timed sends; the broker's
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import json
 import os
 import pstats
@@ -41,12 +44,34 @@ def serve(out: str, argv: list[str]) -> None:
     # cheaper perf_counter (PROFILE_TIMER=wall) is right inside one request, as the broker is on-CPU there
     prof = cProfile.Profile(time.perf_counter if os.environ.get("PROFILE_TIMER") == "wall" else time.process_time)
 
+    profiling = os.environ.get("PROFILE_OFF") != "1"
+    gc_tally = {"collections": [0, 0, 0], "seconds": 0.0}  # over the timed window
+    gc_started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_started[0] = time.perf_counter()
+            return
+        gc_tally["seconds"] += time.perf_counter() - gc_started[0]  # type: ignore[operator]
+        gc_tally["collections"][info["generation"]] += 1  # type: ignore[index]
+
+    def start(*_: object) -> None:
+        gc.callbacks.append(on_gc)
+        if profiling:
+            prof.enable()
+
     def stop(*_: object) -> None:
-        prof.disable()
-        prof.dump_stats(out)
+        gc.callbacks.remove(on_gc)
+        if profiling:
+            prof.disable()
+            prof.dump_stats(out)
+        Path(out + ".gc").write_text(json.dumps(gc_tally))
         Path(out + ".done").touch()
 
-    signal.signal(signal.SIGUSR1, lambda *_: prof.enable())
+    gc0 = int(os.environ.get("PROFILE_GC0", "0"))
+    if gc0 > 0:  # --gc0: the collector's generation-0 threshold in the broker (Python's default 700)
+        gc.set_threshold(gc0, *gc.get_threshold()[1:])
+    signal.signal(signal.SIGUSR1, start)
     signal.signal(signal.SIGUSR2, stop)
     from orbitmq.cli.main import main
 
@@ -73,11 +98,12 @@ async def drive(ns: argparse.Namespace) -> None:
     out = ns.out or str(work / "broker.prof")
     cmd = [sys.executable, __file__, "--serve", out, "--log-level", "WARNING", "standalone", "-c", str(conf),
            "--namesrv-port", str(ns_port)]
+    env = {**os.environ, "PROFILE_GC0": str(ns.gc0), "PROFILE_OFF": "1" if ns.no_profile else "0"}
     with open(work / "broker.log", "w") as log:
-        broker = subprocess.Popen(cmd, stdout=log, stderr=log)
+        broker = subprocess.Popen(cmd, stdout=log, stderr=log, env=env)
     namesrv = f"127.0.0.1:{ns_port}"
     topic, body, n, k = "ProfileTopic", os.urandom(1024), ns.messages, ns.senders
-    profile = not ns.no_profile
+    profile = not ns.no_profile  # the signals run in both modes: they also time the broker's GC
     try:
         await asyncio.to_thread(wait_broker_registered, namesrv, f"127.0.0.1:{port}", 60.0)
         if ns.load == "sdk":
@@ -91,8 +117,7 @@ async def drive(ns: argparse.Namespace) -> None:
                     await producer.send(Message(topic, body))
 
             c0 = _cpu(broker.pid)
-            if profile:
-                broker.send_signal(signal.SIGUSR1)
+            broker.send_signal(signal.SIGUSR1)
             t0 = time.perf_counter()
             await asyncio.gather(*(sender(n // k) for _ in range(k)))
         else:
@@ -104,8 +129,7 @@ async def drive(ns: argparse.Namespace) -> None:
             for w in workers:
                 assert w.stdout is not None and w.stdout.readline().strip() == "ready"
             c0 = _cpu(broker.pid)
-            if profile:
-                broker.send_signal(signal.SIGUSR1)
+            broker.send_signal(signal.SIGUSR1)
             t0 = time.perf_counter()
             for w in workers:
                 assert w.stdin is not None
@@ -115,9 +139,8 @@ async def drive(ns: argparse.Namespace) -> None:
                 assert w.stdout is not None
                 w.stdout.readline()
         elapsed = time.perf_counter() - t0
-        if profile:
-            broker.send_signal(signal.SIGUSR2)
         c1 = _cpu(broker.pid)
+        broker.send_signal(signal.SIGUSR2)
         if ns.load == "sdk":
             await producer.shutdown()
         else:
@@ -127,10 +150,13 @@ async def drive(ns: argparse.Namespace) -> None:
         print(f"{ns.load}, {k} senders, {sent} sends: {sent / elapsed:,.0f} msgs/s, broker "
               f"{(c1[0] - c0[0]) / sent * 1e6:.1f} µs CPU per send (user {(c1[1] - c0[1]) / sent * 1e6:.1f}), "
               f"load average {os.getloadavg()[0]:.1f}", flush=True)
+        deadline = time.monotonic() + 30
+        while not Path(out + ".done").exists() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        tally = json.loads(Path(out + ".gc").read_text())
+        print(f"broker GC in the window (perf_counter): {tally['seconds'] / sent * 1e6:.2f} µs per send, "
+              f"collections by generation {tally['collections']}, threshold {ns.gc0 or 'default'}", flush=True)
         if profile:
-            deadline = time.monotonic() + 30
-            while not Path(out + ".done").exists() and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
             stats = pstats.Stats(out)
             stats.sort_stats("cumulative").print_stats(ns.top)
             stats.sort_stats("tottime").print_stats(ns.top)
@@ -151,6 +177,7 @@ def main() -> None:
     p.add_argument("--out", default="", help="keep the stats file here")
     p.add_argument("--top", type=int, default=30, help="rows of each listing")
     p.add_argument("--no-profile", action="store_true", help="the load and broker CPU only")
+    p.add_argument("--gc0", type=int, default=0, help="the broker's gen-0 GC threshold (default: Python's)")
     asyncio.run(drive(p.parse_args()))
 
 
