@@ -93,6 +93,7 @@ class CommitLogRaftStorage(RaftStorage):
         self.fetch = fetch
         self.ends: dict[int, int] = {}  # entry index (the snapshot's and every later one) -> CommitLog end after it
         self.base = (0, 0)  # (snapshot index, CommitLog end at it)
+        self.last = 0  # index of the last entry in `ends`
         self.placed: dict[int, tuple[list[MessageInner], PutResult] | None] = {}  # leader puts, until applied
         self._own: dict[int, tuple[bytes, list[MessageInner], PutResult]] = {}  # id(data) -> own proposal
         self._own_term = -1
@@ -122,7 +123,7 @@ class CommitLogRaftStorage(RaftStorage):
         return data, result
 
     def last_end(self) -> int:
-        return self.ends[max(self.ends)] if self.ends else self.base[1]
+        return self.ends.get(self.last, self.base[1])
 
     def _read(self, start: int, end: int) -> bytes:
         parts: list[bytes] = []
@@ -162,6 +163,7 @@ class CommitLogRaftStorage(RaftStorage):
             _, end, _ = decode_snapshot(ready.snapshot.data)
             self.base = (ready.snapshot.index, end)
             self.ends = {ready.snapshot.index: end}
+            self.last = ready.snapshot.index
             self.placed.clear()
             if st.max_phys_offset > end:
                 self._cut(max(end, st.replica.replicated_offset), "an installed snapshot")
@@ -176,10 +178,9 @@ class CommitLogRaftStorage(RaftStorage):
         first = ready.entries[0].index
         base = self.ends.get(first - 1)
         if base is None:
-            raise StoreError(f"raft group: entries from {first} do not follow the log (known up to "
-                             f"{max(self.ends) if self.ends else self.base[0]})")
-        for i in [i for i in self.ends if i >= first]:
-            del self.ends[i]
+            raise StoreError(f"raft group: entries from {first} do not follow the log (known up to {self.last})")
+        for i in range(first, self.last + 1):  # a conflict: our entries from `first` on are replaced
+            self.ends.pop(i, None)
             self.placed.pop(i, None)
         await self._catch_up(base)
         wrote = False
@@ -211,6 +212,7 @@ class CommitLogRaftStorage(RaftStorage):
             elif data[:1] == bytes((MESSAGES,)):
                 raise StoreError(f"raft group: entry {e.index} is in the format of an earlier OrbitMQ version")
             self.ends[e.index] = end
+            self.last = e.index
         if wrote:
             await st.flusher.flush()  # the records are durable before save() writes their references
 
@@ -241,6 +243,7 @@ class CommitLogRaftStorage(RaftStorage):
         st = self.store
         self.base = (snap.index, decode_snapshot(snap.data)[1]) if snap is not None else (0, st.min_phys_offset)
         self.ends = {self.base[0]: self.base[1]}
+        self.last = self.base[0]
         end = self.base[1]
         out: list[Entry] = []
         for e in entries:
@@ -268,6 +271,7 @@ class CommitLogRaftStorage(RaftStorage):
                                       "version that stored messages twice; restart this member with an empty "
                                       "store (it copies the group's data from the leader)")
             self.ends[e.index] = end
+            self.last = e.index
             out.append(e if data is e.data else Entry(e.term, e.index, data))
         return hs, snap, out
 
