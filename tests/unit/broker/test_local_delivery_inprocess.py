@@ -44,6 +44,30 @@ def _ack(handle: str, code: int = RequestCode.ACK_MESSAGE, **extra: str) -> Remo
                                           "extraInfo": handle, "offset": parts[7], **extra})
 
 
+async def _start_group(tmp_path: Path, name: str, **keys: Any) -> tuple[list[Any], list[RaftGroupService],
+                                                                      list[LocalDeliveryService]]:
+    """Three in-process members with the test topic; their Raft group and local-delivery services."""
+    brokers = raft_brokers(tmp_path, name, **keys)
+    for b in brokers:
+        await b.start()
+        b.ctx.topics.create_or_update(TopicConfig(TOPIC, 4, 4))
+    groups: list[RaftGroupService] = [b.ctx.services["raft_group"] for b in brokers]  # type: ignore[misc]
+    lds: list[LocalDeliveryService] = [b.ctx.services["local_delivery"] for b in brokers]  # type: ignore[misc]
+    return brokers, groups, lds
+
+
+async def _leader(groups: list[RaftGroupService], stopped: set[int] | None = None) -> int:
+    """Index of the leader every running member knows."""
+    down = stopped or set()
+
+    def agreed() -> int | None:
+        lead = [i for i, g in enumerate(groups) if g.driver.is_leader and i not in down]
+        ok = len(lead) == 1 and all(groups[i].driver.leader_id == groups[lead[0]].self_id
+                                    for i in range(len(groups)) if i not in down)
+        return lead[0] + 1 if ok else None
+    return await until("a leader every member knows", agreed) - 1
+
+
 def test_parse_groups_and_handle() -> None:
     assert parse_groups("a, b,,") == frozenset({"a", "b"})
     assert parse_groups("a,*") is None
@@ -52,21 +76,11 @@ def test_parse_groups_and_handle() -> None:
 
 def test_pop_on_every_member_ack_anywhere_and_consumer_down(tmp_path: Path) -> None:
     async def main() -> None:
-        brokers = raft_brokers(tmp_path, "raft-ld", local_delivery_groups=GROUP, auto_create_topic_enable=True,
-                               raft_snapshot_every=20)
-        for b in brokers:
-            await b.start()
-            b.ctx.topics.create_or_update(TopicConfig(TOPIC, 4, 4))
+        brokers, groups, lds = await _start_group(tmp_path, "raft-ld", local_delivery_groups=GROUP,
+                                                  auto_create_topic_enable=True, raft_snapshot_every=20)
         clients = [RemotingClient(name=f"c{i}") for i in range(4)]
         try:
-            groups: list[RaftGroupService] = [b.ctx.services["raft_group"] for b in brokers]  # type: ignore[misc]
-            lds: list[LocalDeliveryService] = [b.ctx.services["local_delivery"] for b in brokers]  # type: ignore[misc]
-
-            def agreed() -> int | None:
-                lead = [i for i, g in enumerate(groups) if g.driver.is_leader]
-                ok = len(lead) == 1 and all(g.driver.leader_id == groups[lead[0]].self_id for g in groups)
-                return lead[0] + 1 if ok else None
-            li = await until("a leader every member knows", agreed) - 1
+            li = await _leader(groups)
             leader = brokers[li]
             # one consumer per member attaches (an empty pop with a short poll)
             for i, b in enumerate(brokers):
@@ -150,22 +164,12 @@ def test_pop_on_every_member_ack_anywhere_and_consumer_down(tmp_path: Path) -> N
 
 def test_change_invisible_expiry_batch_ack_and_node_down(tmp_path: Path) -> None:
     async def main() -> None:
-        brokers = raft_brokers(tmp_path, "raft-ld", local_delivery_groups=GROUP, auto_create_topic_enable=True,
-                               raft_snapshot_every=20)
-        for b in brokers:
-            await b.start()
-            b.ctx.topics.create_or_update(TopicConfig(TOPIC, 4, 4))
+        brokers, groups, lds = await _start_group(tmp_path, "raft-ld", local_delivery_groups=GROUP,
+                                                  auto_create_topic_enable=True, raft_snapshot_every=20)
         clients = [RemotingClient(name=f"c{i}") for i in range(4)]
         stopped: set[int] = set()
         try:
-            groups: list[RaftGroupService] = [b.ctx.services["raft_group"] for b in brokers]  # type: ignore[misc]
-            lds: list[LocalDeliveryService] = [b.ctx.services["local_delivery"] for b in brokers]  # type: ignore[misc]
-
-            def agreed() -> int | None:
-                lead = [i for i, g in enumerate(groups) if g.driver.is_leader]
-                ok = len(lead) == 1 and all(g.driver.leader_id == groups[lead[0]].self_id for g in groups)
-                return lead[0] + 1 if ok else None
-            li = await until("a leader every member knows", agreed) - 1
+            li = await _leader(groups)
             fi, fj = (li + 1) % 3, (li + 2) % 3
             # only the follower fi's consumer: it gets the message
             resp = await clients[fi].invoke(brokers[fi].addr, _pop(poll_ms=50), 5000)
@@ -229,21 +233,11 @@ def test_dead_letter_survives_a_leader_change_before_the_dlq_put(tmp_path: Path)
     """A DeadLettered effect is applied on every member; the leader dies before its DLQ put: the new leader puts
     the message into %DLQ%<group> (from the replicated pending set), then DLQ_DONE clears it everywhere."""
     async def main() -> None:
-        brokers = raft_brokers(tmp_path, "raft-dlq", local_delivery_groups=GROUP, raft_snapshot_every=1000)
-        for b in brokers:
-            await b.start()
-            b.ctx.topics.create_or_update(TopicConfig(TOPIC, 4, 4))
+        brokers, groups, lds = await _start_group(tmp_path, "raft-dlq", local_delivery_groups=GROUP,
+                                                  raft_snapshot_every=1000)
         stopped: set[int] = set()
         try:
-            groups: list[RaftGroupService] = [b.ctx.services["raft_group"] for b in brokers]  # type: ignore[misc]
-            lds: list[LocalDeliveryService] = [b.ctx.services["local_delivery"] for b in brokers]  # type: ignore[misc]
-
-            def leader() -> int | None:
-                lead = [i for i, g in enumerate(groups) if g.driver.is_leader and i not in stopped]
-                ok = len(lead) == 1 and all(groups[i].driver.leader_id == groups[lead[0]].self_id
-                                            for i in range(3) if i not in stopped)
-                return lead[0] + 1 if ok else None
-            li = await until("a leader every member knows", leader) - 1
+            li = await _leader(groups)
             put = await brokers[li].ctx.store.put_message(MessageInner(TOPIC, 2, b"poison", {}))
             assert put.ok, put
             await until("the message applied everywhere",
@@ -258,7 +252,7 @@ def test_dead_letter_survives_a_leader_change_before_the_dlq_put(tmp_path: Path)
             assert all(ld.dead_pending for ld in lds)
             await brokers[li].stop()
             stopped.add(li)
-            nl = await until("a new leader", leader) - 1
+            nl = await _leader(groups, stopped)
             dlq = "%DLQ%" + GROUP
 
             def in_dlq() -> list[bytes] | None:
@@ -281,21 +275,11 @@ def test_dead_letter_survives_a_leader_change_before_the_dlq_put(tmp_path: Path)
 
 def test_deleting_the_topic_or_the_group_deletes_its_local_delivery_queue_everywhere(tmp_path: Path) -> None:
     async def main() -> None:
-        brokers = raft_brokers(tmp_path, "raft-del", local_delivery_groups=f"{GROUP},other-group",
-                               raft_snapshot_every=1000)
-        for b in brokers:
-            await b.start()
-            b.ctx.topics.create_or_update(TopicConfig(TOPIC, 4, 4))
+        brokers, groups, lds = await _start_group(tmp_path, "raft-del", local_delivery_groups=f"{GROUP},other-group",
+                                                  raft_snapshot_every=1000)
         client = RemotingClient(name="del")
         try:
-            groups: list[RaftGroupService] = [b.ctx.services["raft_group"] for b in brokers]  # type: ignore[misc]
-            lds: list[LocalDeliveryService] = [b.ctx.services["local_delivery"] for b in brokers]  # type: ignore[misc]
-
-            def agreed() -> int | None:
-                lead = [i for i, g in enumerate(groups) if g.driver.is_leader]
-                ok = len(lead) == 1 and all(g.driver.leader_id == groups[lead[0]].self_id for g in groups)
-                return lead[0] + 1 if ok else None
-            li = await until("a leader every member knows", agreed) - 1
+            li = await _leader(groups)
             fi = (li + 1) % 3
             key = f"{TOPIC}@{GROUP}"
             pop = _pop(poll_ms=50)
