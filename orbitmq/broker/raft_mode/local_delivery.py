@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -35,7 +36,7 @@ from orbitmq.base.errors import OrbitMQError
 from orbitmq.delivery import commands as dc
 from orbitmq.delivery.effects import DeadLettered, Deliver, Effect, Refused, Returned, Settled
 from orbitmq.delivery.replica import DeliveryReplica
-from orbitmq.delivery.router import encode_entry, queue_key
+from orbitmq.delivery.router import decode_entry, encode_entry, queue_key
 from orbitmq.model import Perm, Prop, decode_record, encode_properties, encode_record
 from orbitmq.model.record import pack_host_port
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_int, ext_str
@@ -139,7 +140,7 @@ class LocalDeliveryService:
         # new leader puts what is left (at least once into the DLQ, never lost)
         self.dead_pending: dict[tuple[str, int, int], int] = {}
         self._dlq_inflight: set[tuple[str, int, int]] = set()
-        group.register_command(ENTRY_TYPE, self._apply)
+        group.register_command(ENTRY_TYPE, self._apply, stamp=self._stamp)
         group.register_command(DLQ_DONE_TYPE, self._apply_dlq_done)
         group.register_snapshot_part(SNAPSHOT_PART, lambda: self.replica.router.snapshot(), self._restore)
         group.register_snapshot_part(DLQ_PART, self._snapshot_dead, self._restore_dead)
@@ -161,6 +162,12 @@ class LocalDeliveryService:
         self._effects(key, effects, mine)
         refused = [e.why for e in effects if isinstance(e, Refused)]
         return orjson.dumps({"refused": refused}) if refused else b""
+
+    def _stamp(self, payload: bytes) -> bytes:
+        """Leader, before a forwarded command is proposed: its time becomes the leader's clock, so the machines'
+        time (checkout deadlines) follows one clock, not whichever member forwarded the command."""
+        key, cmd = decode_entry(payload)
+        return encode_entry(key, dataclasses.replace(cmd, ts=self.env.clock.now_ms()))
 
     def _on_messages(self, index: int, msgs: list[MessageInner], result: PutResult) -> None:
         if not result.ok or not msgs or result.queue_offset < 0:

@@ -24,7 +24,7 @@ from orbitmq.broker.handlers.admin import SLAVE_REMARK, validate_group_config
 from orbitmq.broker.handlers.admin import handlers as admin_handlers
 from orbitmq.broker.metadata import SubscriptionGroupConfig
 from orbitmq.broker.metadata.topics import validate_topic_name
-from orbitmq.broker.raft_mode.batcher import BATCH, CommandBatcher, decode_batch, encode_results
+from orbitmq.broker.raft_mode.batcher import BATCH, CommandBatcher, decode_batch, encode_batch, encode_results
 from orbitmq.broker.raft_mode.codec import (
     GROUP_CONFIG,
     GROUP_DELETE,
@@ -129,6 +129,7 @@ class RaftGroupService:
         self._sign = cluster_signer(cfg.cluster_secret)
         self._stopping = False
         self._delete_listeners: list[Callable[[str | None, str | None], None]] = []
+        self._stamps: dict[int, Callable[[bytes], bytes]] = {}
         self._forward_client: RemotingClient | None = None
         self.fetched_bytes = 0
         self.sm.on_restored = self._on_restored
@@ -158,8 +159,13 @@ class RaftGroupService:
         return slave_read_target(self.peers, self.self_id, wanted)
 
     # ---- hooks for other modules (docs/design/raft-group.md, "Hooks") -----------------------------------------
-    def register_command(self, entry_type: int, apply: CommandApply) -> None:
+    def register_command(self, entry_type: int, apply: CommandApply,
+                         stamp: Callable[[bytes], bytes] | None = None) -> None:
+        """`stamp(payload) -> payload`: run by the leader on every command of this type that goes through
+        forward_command, right before it is proposed (e.g. to put the leader's clock into it)."""
         self.sm.register_command(entry_type, apply)
+        if stamp is not None:
+            self._stamps[entry_type] = stamp
 
     async def propose_command(self, entry_type: int, payload: bytes, timeout_ms: int = PROPOSE_TIMEOUT_MS) -> object:
         return await self.driver.propose(encode_command(entry_type, payload), timeout_ms)
@@ -192,6 +198,8 @@ class RaftGroupService:
 
     async def _send_batch(self, data: bytes) -> bytes:
         if self.driver.is_leader:
+            if self._stamps:
+                data = encode_batch([(k, self._stamp(k, p)) for k, p in decode_batch(data[1:])])
             return _result_bytes(await self.driver.propose(data, PROPOSE_TIMEOUT_MS))
         leader = self.driver.leader_id
         if not leader or leader == self.self_id:
@@ -207,6 +215,15 @@ class RaftGroupService:
         if resp.ext_fields and resp.ext_fields.get("notLeader") == "true":
             raise NotLeaderError(resp.ext_fields.get("leader", ""), resp.remark or "")
         raise OrbitMQError(f"forwarded commands refused by {leader}: {resp.remark}")
+
+    def _stamp(self, kind: int, payload: bytes) -> bytes:
+        fn = self._stamps.get(kind)
+        if fn is None:
+            return payload
+        try:
+            return fn(payload)
+        except Exception:  # noqa: BLE001 - a malformed command goes as it came: its apply refuses it on every member
+            return payload
 
     async def _propose_forwarded(self, cmd: RemotingCommand) -> RemotingCommand:
         """A follower's commands: one command (earlier versions) or a BATCH, merged into this leader's batches."""

@@ -6,6 +6,8 @@ held, and every member's machine ends equal."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -301,6 +303,51 @@ def test_deleting_the_topic_or_the_group_deletes_its_local_delivery_queue_everyw
             await until("the topic's queue gone everywhere", lambda: all(not ld.replica.router.machines for ld in lds))
             digests = {ld.runtime()["localDeliveryDigest"] for ld in lds}
             assert len(digests) == 1, digests
+        finally:
+            await client.close()
+            for b in brokers:
+                await b.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 90))
+
+
+class _Skewed:
+    """A member whose wall clock is 10 minutes ahead."""
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+
+    def now_ms(self) -> int:
+        return int(self.base.now_ms()) + 600_000
+
+    def monotonic_ms(self) -> int:
+        return int(self.base.monotonic_ms())
+
+
+def test_forwarded_commands_carry_the_leaders_clock(tmp_path: Path) -> None:
+    """A follower whose clock is 10 minutes ahead attaches and acks through the leader: the machines' time stays
+    the leader's (else every checkout's deadline would be 10 minutes early for everyone)."""
+    async def main() -> None:
+        brokers, groups, lds = await _start_group(tmp_path, "raft-clock", local_delivery_groups=GROUP,
+                                                  raft_snapshot_every=1000)
+        client = RemotingClient(name="clock")
+        try:
+            li = await _leader(groups)
+            fi = (li + 1) % 3
+            lds[fi].env = dataclasses.replace(lds[fi].env, clock=_Skewed(lds[fi].env.clock))
+            resp = await client.invoke(brokers[fi].addr, _pop(poll_ms=50), 5000)  # Attach, forwarded
+            assert resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND), resp.remark
+            key = f"{TOPIC}@{GROUP}"
+            await until("the queue on every member", lambda: all(key in ld.replica.router.machines for ld in lds))
+            assert (await brokers[li].ctx.store.put_message(MessageInner(TOPIC, 1, b"m", {}))).ok
+            resp = await client.invoke(brokers[fi].addr, _pop(n=1, poll_ms=5000), 8000)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            handle = broker_api.decode_messages(resp.body)[0].properties[Prop.POP_CK]
+            resp = await client.invoke(brokers[fi].addr, _ack(handle), 5000)  # Settle, forwarded with ts + 10 min
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            for ld in lds:
+                skew = ld.replica.router.machines[key].now - time.time() * 1000
+                assert skew < 60_000, f"the machine's time is {skew / 1000:.0f} s ahead of the leader's clock"
         finally:
             await client.close()
             for b in brokers:
