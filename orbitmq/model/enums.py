@@ -44,6 +44,13 @@ def transaction_type(sys_flag: int) -> int:
     return sys_flag & TRANSACTION_MASK
 
 
+NO_QUEUE_OFFSET = (0x4, 0xC)  # transaction types whose records take no queue offset: PREPARED (half), ROLLBACK
+
+
+def takes_queue_offset(sys_flag: int) -> bool:
+    return sys_flag & TRANSACTION_MASK not in NO_QUEUE_OFFSET
+
+
 class Perm(IntEnum):
     PRIORITY = 0x8
     READ = 0x4

@@ -102,7 +102,7 @@ def _ext_converted(ext: Any) -> dict[str, str] | None:
     if type(ext) is not dict or not _CONVERTED.issuperset(map(type, ext.values())) or \
             set(map(type, ext)) != _ONLY_STR:
         return None
-    return {k: ext_value_to_str(v) for k, v in ext.items() if v is not None}
+    return _ext_from_wire(ext)
 
 
 def command_from_header_py(cls: type[RemotingCommand], d: Any, body: bytes | None) -> RemotingCommand | None:

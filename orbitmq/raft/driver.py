@@ -121,7 +121,7 @@ class RaftDriver:
             raise RuntimeError("RaftDriver.start() called twice")
         hs, snap, entries = await asyncio.to_thread(self._storage.load)
         try:
-            self._storage.loaded(entries)
+            self._storage.loaded()
             if snap is not None:
                 self._sm.restore(snap.data)
                 self._applied = self._snap_index = snap.index
@@ -166,11 +166,7 @@ class RaftDriver:
     async def wait_proposal(self, fut: asyncio.Future[object], timeout_ms: int = 5000) -> object:
         """The result of a propose_nowait() future; TimeoutError after timeout_ms. Unlike propose(), a time-out
         does not withdraw the proposal (its owner may have written something that the entry must follow)."""
-        try:
-            async with asyncio.timeout(timeout_ms / 1000.0):
-                return await asyncio.shield(fut)
-        except TimeoutError:
-            raise TimeoutError(f"raft proposal not done within {timeout_ms} ms") from None
+        return await self._wait(fut, timeout_ms, "proposal", withdraw=False)
 
     async def read_barrier(self, timeout_ms: int = 5000) -> None:
         """ReadIndex: returns once the local state machine reflects every write committed before the call."""
@@ -189,14 +185,14 @@ class RaftDriver:
             raise NotLeaderError(self._node.leader_id)
 
     @staticmethod
-    async def _wait(fut: asyncio.Future[T], timeout_ms: int, what: str) -> T:
+    async def _wait(fut: asyncio.Future[T], timeout_ms: int, what: str, withdraw: bool = True) -> T:
         try:
             async with asyncio.timeout(timeout_ms / 1000.0):
                 return await asyncio.shield(fut)
         except TimeoutError:
             raise TimeoutError(f"raft {what} not done within {timeout_ms} ms") from None
         finally:
-            if not fut.done():
+            if withdraw and not fut.done():
                 fut.cancel()  # the loop skips cancelled futures
 
     # ---- the loop -----------------------------------------------------------------------------------

@@ -186,9 +186,8 @@ class RaftStorage:
         """On the driver's loop, before save(ready) runs in a worker thread: a subclass that keeps part of an entry
         outside the log (a broker group's CommitLog) writes it here. Nothing by default."""
 
-    def loaded(self, entries: list[Entry]) -> None:
-        """On the driver's loop, right after load() returned `entries` (before the node exists). Nothing by
-        default."""
+    def loaded(self) -> None:
+        """On the driver's loop, right after load() returned (before the node exists). Nothing by default."""
 
     def save(self, ready: Ready) -> None:
         """Persist `ready` (snapshot, entries, hard state, compact_snapshot), each fsynced before returning.

@@ -242,16 +242,9 @@ class IndexFile:
         if n == 1:
             self.begin_ts = store_timestamp
             self.begin_phys = phys_offset
-        entries_at = self._entries_at
-        if index_put_key(self.buf, entries_at, self.slot_num, n, topic, key, phys_offset, store_timestamp,
-                         self.begin_ts, self.begin_phys, self.slot_count) == 0:
-            self.slot_count += 1  # _entry_written, inlined (one call per send less)
-        self.index_count = n + 1
-        self.end_ts = store_timestamp
-        self.end_phys = phys_offset
-        end = entries_at + (n + 1) * INDEX_ENTRY_SIZE
-        if end > self._dirty_hi:
-            self._dirty_hi = end
+        prev = index_put_key(self.buf, self._entries_at, self.slot_num, n, topic, key, phys_offset,
+                             store_timestamp, self.begin_ts, self.begin_phys, self.slot_count)
+        self._entry_written(n, prev, phys_offset, store_timestamp)
 
     def _entry_written(self, n: int, prev: int, phys_offset: int, store_timestamp: int) -> None:
         """Header mirror and dirty range after entry `n` was written (`prev`: the slot's previous head)."""

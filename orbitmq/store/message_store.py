@@ -20,7 +20,7 @@ from typing import Any
 from orbitmq.base import marks
 from orbitmq.base.clock import REAL_CLOCK, Clock
 from orbitmq.base.errors import CorruptionError, StoreError
-from orbitmq.model.enums import TRANSACTION_MASK
+from orbitmq.model.enums import takes_queue_offset
 from orbitmq.model.message import MessageExt
 from orbitmq.model.properties import Prop
 from orbitmq.model.record import decode_record
@@ -364,11 +364,17 @@ class MessageStore:
         return ts
 
     def _rebuild_queue_table(self) -> None:
-        table = self.commitlog.topic_queue_table = {
+        self.commitlog.topic_queue_table = {
             f"{t}-{q}": off for (t, q), off in self.cq_table.queue_max_offsets().items()
         }
-        for req in self._pending:  # records written but not visible yet hold their queue offsets too
-            if req.sys_flag & TRANSACTION_MASK not in (0x4, 0xC):
+        self._hold_pending_offsets(None)
+
+    def _hold_pending_offsets(self, topics: set[str] | None) -> None:
+        """Records written but not visible yet (pending) hold their queue offsets: the next offset of their queue
+        (of `topics`, or every queue) stays past them (a Raft group's uncommitted puts)."""
+        table = self.commitlog.topic_queue_table
+        for req in self._pending:
+            if (topics is None or req.topic in topics) and takes_queue_offset(req.sys_flag):
                 key = f"{req.topic}-{req.queue_id}"
                 if table.get(key, 0) <= req.queue_offset:
                     table[key] = req.queue_offset + 1
@@ -827,10 +833,7 @@ class MessageStore:
         table = self.commitlog.topic_queue_table
         for key in [k for k in table if k.startswith(prefixes) and k.rpartition("-")[0] in topics]:
             del table[key]
-        for req in self._pending:  # records not visible yet keep their queue offsets (a Raft group's later puts)
-            if req.topic in topics and req.sys_flag & TRANSACTION_MASK not in (0x4, 0xC):
-                key = f"{req.topic}-{req.queue_id}"
-                table[key] = max(table.get(key, 0), req.queue_offset + 1)
+        self._hold_pending_offsets(topics)
 
     def truncate_dirty(self, phys_offset: int) -> None:
         """Drop everything at/after phys_offset (a record boundary): CommitLog, CQ, index, epochs."""
@@ -838,25 +841,30 @@ class MessageStore:
             return
         marks.hit("store truncate dirty")
         self.commitlog.segments.truncate(phys_offset)
+        self._drop_visible_from(phys_offset)
+        if self.flusher is not None:
+            self.flusher.reset(phys_offset)
+        self.epochs.truncate(phys_offset)
+        self.replica.reset_cursor()
+        self._rebuild_queue_table()
+        if self.flusher is not None:
+            # the checkpoint must not claim flushed data past the new end: recovery would see a later valid
+            # (re-appended) region as corruption inside flushed data
+            self._save_checkpoint()
+
+    def _drop_visible_from(self, phys_offset: int) -> None:
+        """ConsumeQueue/index entries, pending records and visibility at/after phys_offset go (truncate_dirty,
+        hide_from)."""
         self.cq_table.truncate_dirty(phys_offset)
         st = self.checkpoint.state
         st.logics_flushed_phys = min(st.logics_flushed_phys, phys_offset)
         self._lfp_candidates.clear()
         if self.index is not None:
             self.index.truncate_dirty(phys_offset)
-        if self.flusher is not None:
-            self.flusher.reset(phys_offset)
-        self.epochs.truncate(phys_offset)
-        self.replica.reset_cursor()
         while self._pending and self._pending[-1].phys_offset >= phys_offset:
             self._pending.pop()
         self._confirm_offset = min(self._confirm_offset, phys_offset)
         self.replica.replicated_offset = min(self.replica.replicated_offset, phys_offset)  # no stale SYNC acks
-        self._rebuild_queue_table()
-        if self.flusher is not None:
-            # the checkpoint must not claim flushed data past the new end: recovery would see a later valid
-            # (re-appended) region as corruption inside flushed data
-            self._save_checkpoint()
 
     def pending_requests(self) -> list[DispatchRequest]:
         """Records appended but not visible yet (gated by flush or replicas), oldest first (a copy)."""
@@ -871,16 +879,7 @@ class MessageStore:
             return
         if not self.replica.gate:
             raise StoreError("hide_from needs the replica visibility gate")
-        self.cq_table.truncate_dirty(phys_offset)
-        if self.index is not None:
-            self.index.truncate_dirty(phys_offset)
-        st = self.checkpoint.state
-        st.logics_flushed_phys = min(st.logics_flushed_phys, phys_offset)
-        self._lfp_candidates.clear()
-        while self._pending and self._pending[-1].phys_offset >= phys_offset:
-            self._pending.pop()
-        self._confirm_offset = min(self._confirm_offset, phys_offset)
-        self.replica.replicated_offset = min(self.replica.replicated_offset, phys_offset)
+        self._drop_visible_from(phys_offset)
         self.replica._cursor = phys_offset
         self.replica.dispatch_complete()  # gated: decoded into pending, in order
         self.replica.reset_cursor()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from orbitmq.base import marks
 from orbitmq.base.errors import StoreError
-from orbitmq.model.enums import TRANSACTION_MASK
+from orbitmq.model.enums import takes_queue_offset
 from orbitmq.model.record import decode_record
 from orbitmq.store.layout import BLANK_MAGIC, SIZE_MAGIC
 from orbitmq.store.results import PutResult, PutStatus
@@ -25,7 +25,6 @@ from orbitmq.store.results import PutResult, PutStatus
 if TYPE_CHECKING:
     from orbitmq.store.message_store import MessageStore
 
-_NO_QUEUE_OFFSET = (0x4, 0xC)  # PREPARED / ROLLBACK records take no queue offset
 
 
 class ReplicaState:
@@ -178,7 +177,7 @@ class ReplicaState:
                 break  # the rest arrives with the next chunk
             msg = decode_record(seg.buf[pos : pos + total])
             req = request_of(msg, delay_spec)
-            if msg.sys_flag & TRANSACTION_MASK not in _NO_QUEUE_OFFSET:
+            if takes_queue_offset(msg.sys_flag):
                 table[f"{msg.topic}-{msg.queue_id}"] = msg.queue_offset + 1
             if msg.store_timestamp > cl.last_store_timestamp:
                 cl.last_store_timestamp = msg.store_timestamp

@@ -43,7 +43,7 @@ class Member:
         self.log = CommitLogRaftStorage(root + "/dledger", self.store, _no_fetch, disk=disk, segment_size=SEG)
         self.sm = GroupStateMachine(self.store, self.log)
         self.hs, self.snap, self.entries = self.log.load()
-        self.log.loaded(self.entries)
+        self.log.loaded()
 
     async def persist(self, entries: list[Entry], hs: HardState) -> None:
         rd = Ready(hard_state=hs, entries=entries)

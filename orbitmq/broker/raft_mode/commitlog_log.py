@@ -26,7 +26,7 @@ from typing import Any
 
 from orbitmq.base.errors import CorruptionError, StoreError
 from orbitmq.broker.raft_mode.codec import MESSAGES, decode_snapshot
-from orbitmq.model.enums import TRANSACTION_MASK
+from orbitmq.model.enums import takes_queue_offset
 from orbitmq.model.record import decode_record
 from orbitmq.raft.messages import Entry, HardState, Ready, Snapshot
 from orbitmq.raft.storage import RaftStorage
@@ -39,7 +39,6 @@ RECORDS = 0x08  # entry payload: type u8, phys u64, then the CommitLog bytes [ph
 REF = 0x09  # Raft log record of a RECORDS entry: type u8, phys u64, length u32, crc32 u32 of the bytes
 RECORDS_HEAD = struct.Struct(">BQ")
 REF_FORMAT = struct.Struct(">BQII")
-_NO_QUEUE_OFFSET = (0x4, 0xC)  # PREPARED / ROLLBACK records take no queue offset
 
 Fetch = Callable[[int], Awaitable[None]]
 
@@ -72,7 +71,7 @@ def decode_records(raw: bytes | memoryview, phys: int) -> tuple[list[MessageInne
         m = decode_record(buf[pos:pos + total])
         if not msgs:
             result.phys_offset = phys + pos
-            result.queue_offset = m.queue_offset if m.sys_flag & TRANSACTION_MASK not in _NO_QUEUE_OFFSET else 0
+            result.queue_offset = m.queue_offset if takes_queue_offset(m.sys_flag) else 0
             result.store_timestamp = m.store_timestamp
         msgs.append(MessageInner(m.topic, m.queue_id, m.body, m.properties, m.flag, m.sys_flag, m.born_timestamp,
                                  m.born_host, m.store_host, m.reconsume_times, m.prepared_transaction_offset))
@@ -94,7 +93,7 @@ class CommitLogRaftStorage(RaftStorage):
         self.ends: dict[int, int] = {}  # entry index (the snapshot's and every later one) -> CommitLog end after it
         self.base = (0, 0)  # (snapshot index, CommitLog end at it)
         self.last = 0  # index of the last entry in `ends`
-        self.placed: dict[int, tuple[list[MessageInner], PutResult] | None] = {}  # leader puts, until applied
+        self.placed: dict[int, tuple[list[MessageInner], PutResult]] = {}  # own puts' entries, until applied
         self._own: dict[int, tuple[bytes, list[MessageInner], PutResult]] = {}  # id(data) -> own proposal
         self._own_term = -1
         self._own_tail = 0
@@ -187,7 +186,8 @@ class CommitLogRaftStorage(RaftStorage):
         end = base
         for e in ready.entries:
             data = e.data
-            if data[:1] == bytes((RECORDS,)):
+            kind = data[0] if data else None
+            if kind == RECORDS:
                 phys, rec_end = records_span(data)
                 own = self._own.pop(id(data), None)
                 if phys != end:
@@ -199,17 +199,16 @@ class CommitLogRaftStorage(RaftStorage):
                     if st.max_phys_offset != end:
                         self._cut(end, f"entries replaced from index {e.index}")
                     self._append_raw(phys, data[RECORDS_HEAD.size:])
-                    self.placed[e.index] = None
                     self.records_written += 1
                 if st.max_phys_offset < rec_end:
                     raise StoreError(f"raft group: entry {e.index} needs CommitLog bytes up to {rec_end}, the "
                                      f"CommitLog ends at {st.max_phys_offset}")
                 end = rec_end
                 wrote = True
-            elif data[:1] == bytes((REF,)):
+            elif kind == REF:
                 raise StoreError(f"raft group: entry {e.index}'s records were deleted by retention on the leader; "
                                  "this member needs the leader's snapshot (restart it with an empty store)")
-            elif data[:1] == bytes((MESSAGES,)):
+            elif kind == MESSAGES:
                 raise StoreError(f"raft group: entry {e.index} is in the format of an earlier OrbitMQ version")
             self.ends[e.index] = end
             self.last = e.index
@@ -231,7 +230,7 @@ class CommitLogRaftStorage(RaftStorage):
         self.store.replica.on_replicated(target)  # committed bytes (below a snapshot): visible at once
 
     def save(self, ready: Ready) -> None:
-        if any(e.data[:1] == bytes((RECORDS,)) for e in ready.entries):
+        if any(e.data and e.data[0] == RECORDS for e in ready.entries):
             ready = dataclasses.replace(ready, entries=[_as_ref(e) for e in ready.entries])
         super().save(ready)
 
@@ -248,7 +247,8 @@ class CommitLogRaftStorage(RaftStorage):
         out: list[Entry] = []
         for e in entries:
             data = e.data
-            if data[:1] == bytes((REF,)):
+            kind = data[0] if data else None
+            if kind == REF:
                 _, phys, n, crc = REF_FORMAT.unpack_from(data)
                 if phys + n <= st.min_phys_offset and phys == end:
                     pass  # deleted by retention (committed and visible long ago): the entry stays a reference
@@ -266,7 +266,7 @@ class CommitLogRaftStorage(RaftStorage):
                         break
                     data = records_entry(phys, raw)
                 end = phys + n
-            elif data[:1] == bytes((MESSAGES,)):
+            elif kind == MESSAGES:
                 raise CorruptionError(self.directory, e.index, "the Raft log was written by an earlier OrbitMQ "
                                       "version that stored messages twice; restart this member with an empty "
                                       "store (it copies the group's data from the leader)")
@@ -282,7 +282,7 @@ class CommitLogRaftStorage(RaftStorage):
             return None
         return raw if len(raw) == n and zlib.crc32(raw) == crc else None
 
-    def loaded(self, entries: list[Entry]) -> None:
+    def loaded(self) -> None:
         """The CommitLog holds exactly the referenced entries: bytes past the last one (written, never logged) are
         cut; everything after the snapshot is hidden until its entry is applied (committed) again."""
         st = self.store
@@ -295,20 +295,16 @@ class CommitLogRaftStorage(RaftStorage):
             st.truncate_dirty(last)
         st.hide_from(max(self.base[1], st.min_phys_offset))
 
-    def take_placed(self, index: int, data: bytes) -> tuple[list[MessageInner], PutResult] | None:
-        """At apply: the messages and put result of a RECORDS entry (the leader's own put, else decoded)."""
-        hit = self.placed.pop(index, None)
-        if hit is not None:
-            return hit
-        if data[:1] != bytes((RECORDS,)):
-            return None
-        phys, _ = records_span(data)
-        return decode_records(memoryview(data)[RECORDS_HEAD.size:], phys)
+
+def records_messages(data: bytes) -> tuple[list[MessageInner], PutResult]:
+    """The messages of a RECORDS entry payload and the put result they had on the leader."""
+    phys, _ = records_span(data)
+    return decode_records(memoryview(data)[RECORDS_HEAD.size:], phys)
 
 
 def _as_ref(e: Entry) -> Entry:
     data = e.data
-    if data[:1] != bytes((RECORDS,)):
+    if not data or data[0] != RECORDS:
         return e
     raw = memoryview(data)[RECORDS_HEAD.size:]
     _, phys = RECORDS_HEAD.unpack_from(data)

@@ -226,14 +226,12 @@ class RaftGroupService:
             return payload
 
     async def _propose_forwarded(self, cmd: RemotingCommand) -> RemotingCommand:
-        """A follower's commands: one command (earlier versions) or a BATCH, merged into this leader's batches."""
+        """A follower's BATCH of commands, merged into this leader's batches; the answer has one result each."""
         ext = cmd.ext_fields or {}
         try:
-            entry_type = int(ext.get("type", ""))
-            if entry_type == BATCH:
-                items = decode_batch(bytes(cmd.body or b""))
-            else:
-                items = [(entry_type, bytes(cmd.body or b""))]
+            if int(ext.get("type", "")) != BATCH:
+                raise ValueError(f"type {ext.get('type')!r} is not a command batch ({BATCH})")
+            items = decode_batch(bytes(cmd.body or b""))
             for kind, _ in items:
                 check_command_type(kind)
         except (ValueError, ProtocolError) as e:
@@ -258,9 +256,6 @@ class RaftGroupService:
                 return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(r).__name__}: {r}")
             else:
                 results.append((True, r))
-        if entry_type != BATCH:
-            ok, out = results[0]
-            return cmd.response(body=out) if ok else cmd.response(ResponseCode.SYSTEM_ERROR, out.decode())
         return cmd.response(body=encode_results(results))
 
     def _apply_batch(self, index: int, payload: bytes) -> bytes:

@@ -13,7 +13,13 @@ from collections.abc import Callable
 from typing import Any
 
 from orbitmq.broker.raft_mode.codec import check_command_type, decode_snapshot, encode_snapshot
-from orbitmq.broker.raft_mode.commitlog_log import RECORDS, REF, CommitLogRaftStorage, records_span
+from orbitmq.broker.raft_mode.commitlog_log import (
+    RECORDS,
+    REF,
+    CommitLogRaftStorage,
+    records_messages,
+    records_span,
+)
 from orbitmq.store.results import MessageInner, PutResult
 
 log = logging.getLogger("orbitmq.broker.raft_mode")
@@ -85,9 +91,9 @@ class GroupStateMachine:
             self.store.replica.on_replicated(records_span(data)[1])  # committed: visible (ConsumeQueue, index)
             if kind == REF:
                 return None  # records deleted by retention (only seen when applied again at start)
-            placed = self.log.placed.pop(index, None)
+            placed = self.log.placed.pop(index, None)  # the leader's own put, else decoded for the listeners
             if placed is None and self._messages_listeners:
-                placed = self.log.take_placed(index, data)
+                placed = records_messages(data)
             if placed is None:
                 return None
             msgs, result = placed

@@ -54,7 +54,7 @@ class _Member:
         self.log = CommitLogRaftStorage(str(path / "dledger"), self.store, _no_fetch)
         self.sm = GroupStateMachine(self.store, self.log)
         self.hs, self.snap, self.entries = self.log.load()
-        self.log.loaded(self.entries)
+        self.log.loaded()
 
     async def persist(self, entries: list[Entry], commit: int, term: int = 1) -> None:
         rd = Ready(hard_state=HardState(term, "", commit), entries=entries)
