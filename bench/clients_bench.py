@@ -1,6 +1,6 @@
 """Per-request cost with real clients, OrbitMQ beside NATS JetStream in one run (issue 16 item 3).
 
-    .venv/bin/python -m bench.clients_bench [--messages 20000] [--rows cpp_p2,cpp_p8,sdk_c8,batch]
+    .venv/bin/python -m bench.clients_bench [--messages 20000] [--rows cpp_p2,cpp_p8,sdk_c8,batch] [--repeat 3]
 
 Rows, each run against OrbitMQ (`orbitmq standalone`, ASYNC_FLUSH, started by the bench on free ports) and against
 the local NATS server (JetStream file stream, nats://127.0.0.1:4222), `--messages` timed messages per row, 1 KiB:
@@ -13,6 +13,9 @@ the local NATS server (JetStream file stream, nats://127.0.0.1:4222), `--message
 Then everything produced is consumed (OrbitMQ PushConsumer / a JetStream pull consumer). Per row: broker (or
 nats-server) CPU seconds (utime+stime) per million messages produced in that row plus the per-message CPU of the
 consume phase — the issue's "CPU per million messages produced and consumed".
+`--repeat N` runs N rounds, the two systems in alternating order (OrbitMQ first, then NATS first, ...), so that a
+drift of the machine's speed during the run does not favour one of them; it prints each round's table and then the
+median, lowest and highest OrbitMQ / NATS ratio per row (on a shared 2-core VM one round scatters by ±20 %).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import asyncio
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -50,6 +54,7 @@ class Options:
     queues: int = 8
     shapes: tuple[str, ...] = ()  # OrbitDriver reads it (no auto-batch producer here)
     out: str = ""
+    repeat: int = 1
 
 
 async def _spawn(kind: str, args: dict, env: dict[str, str]) -> asyncio.subprocess.Process:
@@ -161,6 +166,32 @@ def render(results: list[dict], opts: Options) -> str:
     return "\n".join(lines)
 
 
+def ratios(rounds: list[list[dict]], rows: tuple[str, ...]) -> dict[str, list[float]]:
+    """Per row, the OrbitMQ / NATS CPU-per-million ratio of every round that measured both systems."""
+    out: dict[str, list[float]] = {row: [] for row in rows}
+    for results in rounds:
+        by = {r["system"]: r["cpu_s_per_million"] for r in results}
+        o, n = by.get("orbitmq"), by.get("nats")
+        if o is None or n is None:
+            continue
+        for row in rows:
+            if row in o and row in n and n[row] > 0:
+                out[row].append(o[row] / n[row])
+    return out
+
+
+def render_summary(rounds: list[list[dict]], rows: tuple[str, ...]) -> str:
+    lines = [f"{len(rounds)} rounds, OrbitMQ / NATS server CPU per million produced + consumed", "",
+             "| row | median ratio | lowest | highest | rounds ≤ 1 |", "| --- | ---: | ---: | ---: | ---: |"]
+    for row, rs in ratios(rounds, rows).items():
+        if not rs:
+            lines.append(f"| {row} | - | - | - | 0 / 0 |")
+            continue
+        lines.append(f"| {row} | {statistics.median(rs):.2f} | {min(rs):.2f} | {max(rs):.2f} | "
+                     f"{sum(1 for r in rs if r <= 1.0)} / {len(rs)} |")
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str] | None = None) -> Options:
     p = argparse.ArgumentParser(prog="python -m bench.clients_bench", description=__doc__.splitlines()[0])
     p.add_argument("--messages", type=int, default=Options.messages, help="timed messages per row")
@@ -168,21 +199,31 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {','.join(ROWS)}")
     p.add_argument("--nats-url", default=Options.nats_url)
     p.add_argument("--out", default="", help="also write the results as JSON to this file")
+    p.add_argument("--repeat", type=int, default=1, help="rounds, the two systems in alternating order")
     ns = p.parse_args(argv)
     rows = tuple(r.strip() for r in ns.rows.split(",") if r.strip())
     bad = [r for r in rows if r not in ROWS and not (r.startswith("cpp_p") and r[5:].isdigit())]
     if bad or not rows:
         p.error(f"--rows: choose from {','.join(ROWS)} (or cpp_p<N>), got {ns.rows!r}")
-    return Options(messages=ns.messages, size=ns.size, rows=rows, nats_url=ns.nats_url, out=ns.out)
+    if ns.repeat < 1:
+        p.error(f"--repeat: at least 1, got {ns.repeat}")
+    return Options(messages=ns.messages, size=ns.size, rows=rows, nats_url=ns.nats_url, out=ns.out,
+                   repeat=ns.repeat)
 
 
-async def main_async(opts: Options) -> list[dict]:
-    results = [await run_system(system, opts) for system in ("orbitmq", "nats")]
-    print(render(results, opts))
+async def main_async(opts: Options) -> list[list[dict]]:
+    rounds: list[list[dict]] = []
+    for i in range(opts.repeat):
+        order = ("orbitmq", "nats") if i % 2 == 0 else ("nats", "orbitmq")
+        results = [await run_system(system, opts) for system in order]
+        rounds.append(results)
+        print(render(results, opts), flush=True)
+    if opts.repeat > 1:
+        print(render_summary(rounds, opts.rows))
     if opts.out:
         with open(opts.out, "w") as f:
-            json.dump(results, f, indent=1)
-    return results
+            json.dump(rounds if opts.repeat > 1 else rounds[0], f, indent=1)
+    return rounds
 
 
 def main(argv: list[str] | None = None) -> None:
