@@ -2,6 +2,10 @@
 
 While the broker is starting or stopping, requests are refused with SERVICE_NOT_AVAILABLE (clients retry elsewhere).
 An optional `check` (the ACL guard) runs before the handler and may answer instead of it.
+
+`many` takes every request of one read (the connection calls it when a read holds several): a run of consecutive
+requests whose handler is the `dispatch` of an object that also has `dispatch_group` (the send handler) goes to
+that in one call, each request still passing the same checks as through __call__; the rest go through __call__.
 """
 
 from __future__ import annotations
@@ -10,17 +14,19 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from orbitmq.broker.metadata.quota import REQUESTER
-from orbitmq.protocol import RemotingCommand, ResponseCode
+from orbitmq.protocol import FLAG_ONEWAY, RemotingCommand, ResponseCode
 
 _NOT_SUPPORTED = int(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
 _requester = REQUESTER.get
 
 
 class Router:
-    __slots__ = ("_table", "accepting", "check", "starting")
+    __slots__ = ("_table", "_groups", "accepting", "check", "starting")
 
     def __init__(self, table: Mapping[int, Any]) -> None:
-        self._table: dict[int, Any] = {int(k): v for k, v in table.items()}
+        self._table: dict[int, Any] = {}
+        self._groups: dict[int, Any] = {}  # request code -> the object whose dispatch_group takes runs of them
+        self.add(table)
         self.accepting = True
         # (conn, cmd) -> None (go on) or the response to send instead (ACL: NO_PERMISSION); None = no check
         self.check: Callable[[Any, RemotingCommand], RemotingCommand | None] | None = None
@@ -45,9 +51,64 @@ class Router:
             REQUESTER.set(conn)  # who auto-creates topics/groups (metadata/quota.py); a handler's task inherits it
         return handler(conn, cmd)
 
+    def many(self, conn: Any, cmds: list[RemotingCommand]) -> list[Any]:
+        """The requests of one read, in order: per request what __call__ returns for it, or the exception it
+        raised (the connection answers SYSTEM_ERROR for that one request)."""
+        out: list[Any] = []
+        groups = self._groups
+        n = len(cmds)
+        i = 0
+        while i < n:
+            cmd = cmds[i]
+            owner = groups.get(cmd.code) if self.accepting else None
+            j = i + 1
+            if owner is not None:
+                while j < n and groups.get(cmds[j].code) is owner:
+                    j += 1
+            if j - i < 2:
+                try:
+                    out.append(self(conn, cmd))
+                except Exception as e:
+                    out.append(e)
+                i = j
+                continue
+            results: list[Any] = [None] * (j - i)
+            at: list[int] = []
+            run: list[RemotingCommand] = []
+            check = self.check
+            for k in range(i, j):
+                c = cmds[k]
+                try:
+                    refused = check(conn, c) if check is not None else None
+                except Exception as e:
+                    refused = e
+                if refused is None:
+                    at.append(k - i)
+                    run.append(c)
+                elif not (c.flag & FLAG_ONEWAY and isinstance(refused, RemotingCommand)):
+                    results[k - i] = refused
+            if run:
+                if _requester() is not conn:
+                    REQUESTER.set(conn)
+                try:
+                    got = owner.dispatch_group(conn, run)
+                except Exception as e:
+                    got = [e] * len(run)
+                for k, r in zip(at, got, strict=True):
+                    results[k] = r
+            out.extend(results)
+            i = j
+        return out
+
     def add(self, table: Mapping[int, Any]) -> None:
         for code, handler in table.items():
             self._table[int(code)] = handler
+            owner = getattr(handler, "__self__", None)
+            if (owner is not None and hasattr(owner, "dispatch_group")
+                    and getattr(handler, "__func__", None) is getattr(type(owner), "dispatch", None)):
+                self._groups[int(code)] = owner
+            else:
+                self._groups.pop(int(code), None)
 
     def without(self, codes: Iterable[int]) -> Router:
         """A router with the same handlers except `codes` (the VIP channel has no PULL_MESSAGE)."""

@@ -76,6 +76,8 @@ class Connection(asyncio.Protocol):
         on_limit: Callable[[str], None] | None = None,
     ) -> None:
         self._handler = handler
+        # the handler's form for the requests of one read (Router.many), when it has one: several in one call
+        self._many: Callable[[Connection, list[RemotingCommand]], list[Any]] | None = getattr(handler, "many", None)
         self.name = name
         self._decoder = FrameDecoder(max_frame_size)
         self._idle_timeout_s = idle_timeout_s
@@ -131,11 +133,17 @@ class Connection(asyncio.Protocol):
         # schedule a flush callback meanwhile
         self._flush_scheduled = True
         try:
-            for cmd in cmds:
-                if cmd.flag & 1:
-                    self._on_response(cmd)
-                else:
-                    self._on_request(cmd)
+            many = self._many
+            if many is not None and len(cmds) > 1 and not any(cmd.flag & 1 for cmd in cmds):
+                deliver = self._deliver
+                for cmd, result in zip(cmds, many(self, cmds), strict=True):
+                    deliver(cmd, result)
+            else:
+                for cmd in cmds:
+                    if cmd.flag & 1:
+                        self._on_response(cmd)
+                    else:
+                        self._on_request(cmd)
         finally:
             if self._wbuf:
                 self._flush_writes(False)  # activity already stamped above
@@ -275,6 +283,10 @@ class Connection(asyncio.Protocol):
             if not cmd.flag & FLAG_ONEWAY:
                 self.send(result)
             return
+        self._deliver(cmd, result)
+
+    def _deliver(self, cmd: RemotingCommand, result: Any) -> None:
+        """Act on what the handler returned for request `cmd` (an exception instance: it raised that)."""
         if result is None or result is DEFERRED:
             return
         if isinstance(result, RemotingCommand):
@@ -284,6 +296,8 @@ class Connection(asyncio.Protocol):
             task = self._loop.create_task(result)  # type: ignore[arg-type]
             self._tasks.add(task)
             task.add_done_callback(partial(self._handler_done, cmd))
+        elif isinstance(result, Exception):
+            self._reply_error(cmd, result)
         else:
             self._reply_error(cmd, TypeError(f"handler returned {type(result).__name__}"))
 

@@ -301,6 +301,85 @@ class CommitLog:
         return Appended(PutResult(PutStatus.PUT_OK, phys, size, msg_ids, queue_offset, 1, store_ts), base + end,
                         [request])
 
+    def append_singles(self, msgs: list[MessageInner]) -> tuple[list[PutResult], int, list[DispatchRequest]] | None:
+        """Several independent single-message puts (any topics and queues) written in one pass: one segment pick,
+        one store timestamp, one range marked written. results[i] is what append([msgs[i]]) answers when the
+        puts are made one after another in this order (the same records, queue offsets and ids), except that all
+        the records go into one segment: when the last one's room takes only some of them, it gets its filler and
+        they all go into the next (as a batch does). None, with no queue offset taken and nothing marked written,
+        when any message is not what _append_one accepts, they do not fit in one segment, or a header field is out
+        of its Java range (found while encoding, as _append_one finds it): the caller then puts them one by one."""
+        hosts = self._hosts
+        max_body = self.config.max_message_size
+        max_record = self._max_record
+        parts: list[tuple[bytes, bytes, bytes, bytes, int]] = []
+        total = 0
+        for m in msgs:
+            tx = m.sys_flag & TRANSACTION_MASK
+            if tx == _PREPARED or tx == _ROLLBACK:
+                return None
+            topic = m.topic.encode("utf-8")
+            born = hosts.get(m.born_host)
+            store = hosts.get(m.store_host)
+            if not topic or len(topic) > 127 or born is None or store is None:
+                return None
+            try:  # encode_properties' own fast path, without its call (the same text)
+                props_b = _join_props(map(_join_pair, m.properties.items())).encode("utf-8")
+            except (TypeError, AttributeError):
+                props_b = encode_properties(m.properties).encode("utf-8")
+            size = 75 + len(born) + len(store) + len(m.body) + len(topic) + len(props_b)  # record_size, inlined
+            if len(m.body) > max_body or len(props_b) > MAX_PROPERTIES_SIZE or size > max_record:
+                return None
+            parts.append((topic, props_b, born, store, size))
+            total += size
+        if not parts or total + BLANK_SIZE > self.segments.segment_size:
+            return None
+        seg, store_ts = self._begin_write(total)
+        buf = seg.buf
+        start_pos = pos = seg.wrote_position
+        base = seg.start_offset
+        table = self.topic_queue_table
+        delay_levels = self.config.message_delay_level
+        results: list[PutResult] = []
+        requests: list[DispatchRequest] = []
+        taken: list[tuple[str, int | None]] = []  # queue table entries before this pass, to undo a refusal
+        last_store = b""
+        store_hex = ""
+        for m, (topic, props_b, born, store, size) in zip(msgs, parts, strict=True):
+            if store is not last_store:
+                last_store, store_hex = store, store.hex().upper()
+            topic_s = m.topic
+            queue_id = m.queue_id
+            key = f"{topic_s}-{queue_id}"
+            prior = table.get(key)
+            queue_offset = prior or 0
+            try:
+                msg_ids = encode_run_into(buf, pos, topic, born, store, queue_id, queue_offset, base, store_ts, [m],
+                                          [props_b], store_hex)
+            except (struct.error, OverflowError, ValueError, TypeError):  # a header field out of its Java range
+                for k, v in reversed(taken):  # nothing is marked written: the bytes past wrote_position are free
+                    if v is None:
+                        del table[k]
+                    else:
+                        table[k] = v
+                return None
+            taken.append((key, prior))
+            props = m.properties
+            phys = base + pos
+            requests.append(DispatchRequest(
+                topic_s, queue_id, phys, size,
+                delivery_time(props, store_ts, delay_levels) if topic_s == SCHEDULE_TOPIC
+                else tag_code(props.get(Prop.TAGS)),
+                store_ts, queue_offset, props.get(Prop.KEYS), props.get(Prop.UNIQ_KEY), m.sys_flag,
+                m.prepared_transaction_offset, props,
+            ))
+            results.append(PutResult(PutStatus.PUT_OK, phys, size, msg_ids, queue_offset, 1, store_ts))
+            table[key] = queue_offset + 1
+            pos += size
+        seg.backing.mark_written(start_pos, pos)
+        seg.wrote_position = pos
+        return results, base + pos, requests
+
     def _append_general(self, msgs: list[MessageInner]) -> Appended:
         """append() for any input (mixed topics/queues/hosts, transaction halves): per-message checks."""
         encoded: list[_Parts] = []

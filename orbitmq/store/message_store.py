@@ -624,6 +624,39 @@ class MessageStore:
             return result, appended.end_offset
         return result, -1
 
+    @property
+    def puts_complete_at_once(self) -> bool:
+        """True when a put is answered as soon as it is appended (ASYNC_FLUSH, no replica to wait for, visible at
+        once): what put_singles_nowait needs."""
+        return not (self.config.sync_flush or self.replica.wait_ms or self._visible_on_flush or self.replica.gate)
+
+    def put_singles_nowait(self, msgs: list[MessageInner]) -> list[PutResult] | None:
+        """Several single-message puts (the sends of one read) in one append and one dispatch. results[i] is the
+        answer to msgs[i] as put_messages_nowait([msgs[i]]) gives it (see CommitLog.append_singles for where the
+        records go); every put is complete (no flush or replica wait). None, with nothing written, when the store
+        answers puts only after a wait (not puts_complete_at_once) or the CommitLog declines the run: the caller
+        then puts them one by one, which gives every refusal its own answer."""
+        if not self.puts_complete_at_once or self._refuse_reason() is not None:
+            return None
+        try:
+            done = self.commitlog.append_singles(msgs)
+        except OSError as e:  # only the roll to a new segment does I/O here: refused like append() refuses
+            marks.hit("commitlog segment creation failed")
+            log.error("cannot create a CommitLog segment (%s): put refused", e)
+            return [PutResult(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in msgs]
+        if done is None:
+            return None
+        results, end, requests = done
+        self._confirm_offset = end
+        try:
+            self.dispatcher.dispatch_many(requests)
+        except OSError as e:  # as put_messages_nowait: the whole run is cut back and refused
+            status = self._undo_append(results[0], e).status
+            return [PutResult(status) for _ in msgs]  # one object each: an after_put hook may rewrite a status
+        if self.replica.on_written is not None:
+            self.replica.on_written()
+        return results
+
     def _undo_append(self, result: PutResult, error: OSError) -> PutResult:
         """Dispatch failed right after the append (no await in between: nothing was replicated or flushed-and-
         answered for it): cut the CommitLog back to before the put so no record lacks its queue entry, and refuse

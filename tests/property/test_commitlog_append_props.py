@@ -103,3 +103,100 @@ def test_fast_path_equals_general_path(data: st.DataObject) -> None:
     for sf, sr in zip(fast.segments.segments, ref.segments.segments, strict=True):
         assert sf.wrote_position == sr.wrote_position
         assert bytes(sf.buf[: sf.wrote_position]) == bytes(sr.buf[: sr.wrote_position])
+
+
+class _FrozenClock(_Clock):
+    """One store timestamp for every append: one-by-one puts and a run of them stamp their records alike."""
+
+    def now_ms(self) -> int:
+        return self.t
+
+
+def _big_log() -> CommitLog:
+    """A segment no test sequence fills (rolls are tested separately) and the test's valid hosts already packed
+    (a host's first sight goes through the general path, which append_singles leaves to the one-by-one puts)."""
+    cfg = StoreConfig("/s", mapped_file_size_commitlog=4 << 20, max_message_size=2048).derive()
+    cl = CommitLog("/s", cfg, SimDisk(), _FrozenClock())
+    cl.load()
+    for host in ("127.0.0.1:5555", "[::1]:7", "127.0.0.1:10911", "10.0.0.2:10911"):
+        cl._host(host)
+    return cl
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_append_singles_equals_one_by_one_puts(data: st.DataObject) -> None:
+    """append_singles (the sends of one read stored together) gives every message the record, result and dispatch
+    request that appending it alone, in the same order, gives; when it declines, nothing is taken and the one-by-one
+    puts that follow (the caller's fallback) give the same as the reference."""
+    fast, ref = _big_log(), _big_log()
+    for _ in range(data.draw(st.integers(1, 8))):
+        msgs = data.draw(st.lists(_msg, min_size=1, max_size=6))
+        table_before, end_before = dict(fast.topic_queue_table), fast.max_offset
+        done = fast.append_singles(msgs)
+        if done is None:
+            assert fast.topic_queue_table == table_before
+            assert fast.max_offset == end_before
+            got = [fast.append([m]) for m in msgs]
+            results, requests = [a.result for a in got], [r for a in got for r in a.requests]
+        else:
+            results, end, requests = done
+        expected = [ref.append([m]) for m in msgs]
+        if done is not None:
+            assert all(a.result.status.name == "PUT_OK" for a in expected)
+            assert end == expected[-1].end_offset
+        assert results == [a.result for a in expected]
+        assert requests == [r for a in expected for r in a.requests]
+        assert _taken(fast.topic_queue_table) == _taken(ref.topic_queue_table)
+        assert fast.max_offset == ref.max_offset
+    assert len(fast.segments.segments) == len(ref.segments.segments) <= 1  # none when every put was refused
+    for sf, sr in zip(fast.segments.segments, ref.segments.segments, strict=True):
+        assert sf.wrote_position == sr.wrote_position
+        assert bytes(sf.buf[: sf.wrote_position]) == bytes(sr.buf[: sr.wrote_position])
+
+
+def test_append_singles_keeps_a_run_in_one_segment() -> None:
+    """Records that do not all fit in the last segment's room go together into the next one (after the filler),
+    as a batch does; a run larger than a segment is declined with nothing taken."""
+    cl = _log(CommitLog)
+    cl._host("127.0.0.1:5555")
+    cl._host("127.0.0.1:10911")
+
+    def m(queue_id: int, size: int) -> MessageInner:
+        return MessageInner("T", queue_id, b"x" * size, {"TAGS": "A"}, 0, 0, 1, "127.0.0.1:5555", "127.0.0.1:10911",
+                            0, 0)
+
+    first = cl.append([m(0, 2000)] * 1)
+    assert first.result.status.name == "PUT_OK"
+    while cl.segments.segments[-1].free_bytes > 6000:
+        cl.append([m(1, 1500)])
+    room = cl.segments.segments[-1].free_bytes
+    done = cl.append_singles([m(0, 1500), m(1, 1500), m(2, 1500), m(0, 1500)])
+    assert done is not None
+    results, end, _ = done
+    assert len(cl.segments.segments) == 2
+    assert [r.phys_offset for r in results][0] == SEG  # all in the new segment, after the old one's filler
+    assert end == SEG + sum(r.wrote_bytes for r in results)
+    assert room < sum(r.wrote_bytes for r in results)
+    assert [r.queue_offset for r in results][0] + 1 == results[3].queue_offset  # queue 0 twice, in order
+    table = dict(cl.topic_queue_table)
+    assert cl.append_singles([m(3, 2000)] * 9) is None  # ≈ 18 kB > one 16 kB segment
+    assert cl.topic_queue_table == table
+
+
+def test_append_singles_declined_mid_run_gives_back_the_queue_offsets() -> None:
+    """A header field out of its Java range in the third message (flag 2^31) is found only when its record is
+    encoded: the run is declined and the queue offsets the first two took are given back (the earlier records'
+    bytes stay past wrote_position, where the one-by-one puts overwrite them)."""
+    cl = _big_log()
+
+    def m(queue_id: int, flag: int = 0) -> MessageInner:
+        return MessageInner("T", queue_id, b"x", {}, flag, 0, 1, "127.0.0.1:5555", "127.0.0.1:10911", 0, 0)
+
+    cl.append([m(0)])
+    table, end = dict(cl.topic_queue_table), cl.max_offset
+    assert table == {"T-0": 1}
+    assert cl.append_singles([m(0), m(1), m(2, flag=2**31)]) is None
+    assert cl.topic_queue_table == table
+    assert cl.max_offset == end
+    assert [cl.append([x]).result.queue_offset for x in (m(0), m(1))] == [1, 0]

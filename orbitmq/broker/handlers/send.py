@@ -179,35 +179,46 @@ class SendProcessor:
         refused). A SYNC_FLUSH group-commit wait returns DEFERRED: the flush callback answers through conn.reply
         (no task per send). A put that also waits for a slave (SYNC_MASTER), or any wait with `defer` false,
         becomes a coroutine (the connection runs it as a task)."""
-        ctx = self.ctx
-        try:
-            busy = ctx.store.admission_remark()  # _admit inline: SYSTEM_BUSY while the disk is too slow (#12.4)
-            if busy is not None:
-                raise SendReject(ResponseCode.SYSTEM_BUSY, busy)
-            raw = req.ext_fields  # the header, decoded and range-checked once: the common V2 shape in one call
-            h = decode_send_v2(SendMessageRequestHeader, raw) or _decode_header(raw)
-            if h.batch or req.code == _SEND_BATCH:  # the C++ client marks batches with batch="1": h.batch too
-                msgs, queue_id = self._prepare_batch(conn, req, h)
-            else:
-                msgs, queue_id = self._prepare_one(conn, req, h)
-        except (SendReject, HeaderError) as r:
-            code = r.code if isinstance(r, SendReject) else int(ResponseCode.SYSTEM_ERROR)
-            resp = req.response(code, str(r))
-            resp.ext_fields = self._base_ext()
-            return resp
-        hooks = ctx.send_hooks
+        prepared = self._prepare(conn, req)
+        if type(prepared) is not tuple:
+            return prepared  # the refusal
+        msgs, queue_id = prepared
+        hooks = self.ctx.send_hooks
         if hooks != self._hooks_seen:  # a C-level compare, identity first per element
             self._bind_hooks(hooks)
         for before in self._before_put:
             early = before(conn, req, msgs)
             if early is not None:
                 return early
+        return self._put(conn, req, msgs, queue_id, defer)
+
+    def _prepare(self, conn: Any, req: RemotingCommand) -> tuple[list[MessageInner], int] | RemotingCommand:
+        """The request's messages and the queue id to answer with, or the refusal to send instead."""
+        try:
+            busy = self.ctx.store.admission_remark()  # SYSTEM_BUSY while the disk is too slow (#12.4)
+            if busy is not None:
+                raise SendReject(ResponseCode.SYSTEM_BUSY, busy)
+            raw = req.ext_fields  # the header, decoded and range-checked once: the common V2 shape in one call
+            h = decode_send_v2(SendMessageRequestHeader, raw) or _decode_header(raw)
+            if h.batch or req.code == _SEND_BATCH:  # the C++ client marks batches with batch="1": h.batch too
+                return self._prepare_batch(conn, req, h)
+            return self._prepare_one(conn, req, h)
+        except (SendReject, HeaderError) as r:
+            code = r.code if isinstance(r, SendReject) else int(ResponseCode.SYSTEM_ERROR)
+            resp = req.response(code, str(r))
+            resp.ext_fields = self._base_ext()
+            return resp
+
+    def _put(self, conn: Any, req: RemotingCommand, msgs: list[MessageInner], queue_id: int, defer: bool
+             ) -> RemotingCommand | Deferred | Coroutine[Any, Any, RemotingCommand]:
+        """Store the prepared messages and answer (see dispatch)."""
+        ctx = self.ctx
         result, wait_end = ctx.store.put_messages_nowait(msgs)
         if wait_end < 0:
             for after in self._after_put:
                 after(conn, req, msgs, result)
             return self._response(req, result, queue_id, msgs[0])
-        for hook in hooks:  # stored, now waiting for a flush / slave: hooks that must know at once (dedup)
+        for hook in ctx.send_hooks:  # stored, now waiting for a flush / slave: hooks that must know at once (dedup)
             appended = getattr(hook, "after_append", None)
             if appended is not None:
                 appended(conn, req, msgs, result)
@@ -215,6 +226,88 @@ class SendProcessor:
                 result, wait_end, partial(self._answer_flushed, conn, req, msgs, queue_id)):
             return DEFERRED
         return self._wait_flushed(conn, req, msgs, result, wait_end, queue_id)
+
+    def dispatch_group(self, conn: Any, reqs: list[RemotingCommand]) -> list[Any]:
+        """The send requests of one read (Router.many), answered in one pass: each is checked and goes through the
+        before_put hooks in order, as dispatch() does; the single messages among them are then stored by one
+        put_singles_nowait (one append, one dispatch round) and each gets its after_put hooks and its answer.
+        Returns, per request in order, what dispatch() would return for it, or the exception it raised.
+
+        What the one-by-one order would make visible to a later request of the read is kept: a batch is stored
+        after the singles before it and before the ones after it, and a message whose UNIQ_KEY a pending one
+        carries (a retry in the same read) waits until that one is stored, so the de-dup hook sees it. A store
+        that answers only after a flush or a replica wait (SYNC_FLUSH, SYNC_MASTER, Raft) takes them one by one."""
+        if not self.ctx.store.puts_complete_at_once:
+            return [self._one(conn, req) for req in reqs]
+        hooks = self.ctx.send_hooks
+        if hooks != self._hooks_seen:
+            self._bind_hooks(hooks)
+        out: list[Any] = [None] * len(reqs)
+        pending: list[tuple[int, RemotingCommand, list[MessageInner], int]] = []
+        keys: set[str] = set()
+        for i, req in enumerate(reqs):
+            try:
+                prepared = self._prepare(conn, req)
+                if type(prepared) is not tuple:
+                    out[i] = prepared
+                    continue
+                msgs, queue_id = prepared
+                uniq = msgs[0].properties.get(Prop.UNIQ_KEY) if len(msgs) == 1 else None
+                if len(msgs) != 1 or uniq in keys:
+                    self._put_pending(conn, pending, out)
+                    keys.clear()
+                early = None
+                for before in self._before_put:
+                    early = before(conn, req, msgs)
+                    if early is not None:
+                        break
+                if early is not None:
+                    out[i] = early
+                elif len(msgs) != 1:
+                    out[i] = self._put(conn, req, msgs, queue_id, True)
+                else:
+                    pending.append((i, req, msgs, queue_id))
+                    if uniq is not None:
+                        keys.add(uniq)
+            except Exception as e:
+                out[i] = e
+        self._put_pending(conn, pending, out)
+        return out
+
+    def _one(self, conn: Any, req: RemotingCommand) -> Any:
+        try:
+            return self.dispatch(conn, req)
+        except Exception as e:
+            return e
+
+    def _put_pending(self, conn: Any, pending: list[tuple[int, RemotingCommand, list[MessageInner], int]],
+                     out: list[Any]) -> None:
+        """Store the pending single messages of dispatch_group together and fill in their answers."""
+        if not pending:
+            return
+        try:
+            results = self.ctx.store.put_singles_nowait([p[2][0] for p in pending]) if len(pending) > 1 else None
+        except Exception as e:
+            for i, *_ in pending:
+                out[i] = e
+            pending.clear()
+            return
+        if results is None:  # the store declined the run: one by one, each with its own refusal
+            for i, req, msgs, queue_id in pending:
+                try:
+                    out[i] = self._put(conn, req, msgs, queue_id, True)
+                except Exception as e:
+                    out[i] = e
+        else:
+            after_put = self._after_put
+            for (i, req, msgs, queue_id), result in zip(pending, results, strict=True):
+                try:
+                    for after in after_put:
+                        after(conn, req, msgs, result)
+                    out[i] = self._response(req, result, queue_id, msgs[0])
+                except Exception as e:
+                    out[i] = e
+        pending.clear()
 
     def _answer_flushed(self, conn: Any, req: RemotingCommand, msgs: list[MessageInner], queue_id: int,
                         result: PutResult) -> None:

@@ -200,3 +200,50 @@ def test_concurrent_invokes_over_tcp_all_answered_in_order(run):
             await server.stop()
 
     run(main())
+
+
+class _ManyHandler:
+    """A handler with a `many` form (as the broker's Router): records how the requests of each read arrive."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[int]]] = []
+
+    def __call__(self, conn, cmd):
+        self.calls.append(("one", [cmd.opaque]))
+        return cmd.response(0, "one")
+
+    def many(self, conn, cmds):
+        self.calls.append(("many", [c.opaque for c in cmds]))
+        out = []
+        for c in cmds:
+            if c.opaque == 2:
+                out.append(ValueError("request 2 failed"))
+            elif c.opaque == 3:
+                out.append(None)  # nothing to send (a oneway's answer, a request answered later)
+            else:
+                out.append(c.response(0, f"many {c.opaque}"))
+        return out
+
+
+def test_the_requests_of_one_read_go_to_the_handlers_many_form_and_are_answered_in_one_write(run):
+    async def main():
+        handler = _ManyHandler()
+        conn = Connection(handler, idle_timeout_s=0)
+        tr = FakeTransport()
+        conn.connection_made(tr)
+        reqs = []
+        for i in (1, 2, 3, 4):
+            r = RemotingCommand.request(10, {})
+            r.opaque = i
+            reqs.append(r)
+        conn.data_received(b"".join(encode_frame(r) for r in reqs))
+        assert handler.calls == [("many", [1, 2, 3, 4])]
+        assert len(tr.writes) == 1
+        answers = frames_of(tr.writes)
+        assert [(a.opaque, a.code) for a in answers] == [(1, 0), (2, 1), (4, 0)]  # 2: SYSTEM_ERROR, 3: none
+        assert "request 2 failed" in (answers[1].remark or "")
+        conn.data_received(encode_frame(reqs[0]))  # one request in a read: the plain call
+        assert handler.calls[-1] == ("one", [1])
+        conn.abort()
+
+    run(main())

@@ -280,3 +280,30 @@ def test_consume_queue_file_creation_failure_undoes_the_put(tmp_path, monkeypatc
         await s.shutdown()
 
     asyncio.run(main())
+
+
+def test_singles_run_whose_dispatch_fails_is_cut_back_and_refused_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """put_singles_nowait (the sends of one read) whose ConsumeQueue/index dispatch fails is undone as a single put
+    is: the CommitLog is cut back to before the run and every message is refused CREATE_MAPPED_FILE_FAILED, each
+    with its own result object (an after_put hook may rewrite one); the next run goes through."""
+    s = MessageStore(cfg("/s"), disk=SimDisk())
+    s.load()
+    assert s.put_singles_nowait([msg(0)]) is None  # hosts seen for the first time: left to the one-by-one path
+    assert s.put_messages_nowait([msg(0)])[0].status is PutStatus.PUT_OK  # which packs and remembers them
+    end = s.commitlog.max_offset
+
+    class _Failing:
+        def dispatch_many(self, _requests: object) -> None:
+            raise OSError(errno.EMFILE, "Too many open files (injected)")
+
+    monkeypatch.setattr(s, "dispatcher", _Failing())
+    results = s.put_singles_nowait([msg(1), msg(2), msg(3)])
+    assert results is not None
+    assert [r.status for r in results] == [PutStatus.CREATE_MAPPED_FILE_FAILED] * 3
+    assert len({id(r) for r in results}) == 3
+    assert s.commitlog.max_offset == end
+    monkeypatch.undo()
+    again = s.put_singles_nowait([msg(1), msg(2)])
+    assert again is not None and [r.status for r in again] == [PutStatus.PUT_OK] * 2
+    assert [r.queue_offset for r in again] == [1, 2]
+    assert s.get_message("G", "T", 0, 0, 8).msg_count == 3
