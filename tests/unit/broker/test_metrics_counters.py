@@ -174,3 +174,30 @@ def test_dlq_moves_count_per_topic_and_group(monkeypatch: pytest.MonkeyPatch) ->
         s.on_dlq(topic, group)
     assert s.dlq == {("A", "G"): 2, ("B", "G"): 1, (OTHER_TOPIC, "H"): 2}
     assert s.limits_hit == {"metricsDlq": 2}
+
+
+def test_rpc_timer_passes_a_read_to_the_routers_many_form_and_counts_each_answer() -> None:
+    class _Inner:
+        def __init__(self) -> None:
+            self.reads: list[int] = []
+
+        def __call__(self, conn: object, cmd: RemotingCommand) -> RemotingCommand:
+            return cmd.response(ResponseCode.SUCCESS, None)
+
+        def many(self, conn: object, cmds: list[RemotingCommand]) -> list[object]:
+            self.reads.append(len(cmds))
+            return [cmds[0].response(ResponseCode.SUCCESS, None), ValueError("x"), None,
+                    cmds[3].response(ResponseCode.SYSTEM_BUSY, "busy")]
+
+    inner = _Inner()
+    timer = RpcTimer(inner)
+    cmds = [RemotingCommand.request(RequestCode.SEND_MESSAGE_V2) for _ in range(4)]
+    out = timer.many(None, cmds)
+    assert inner.reads == [4]
+    assert isinstance(out[1], ValueError) and out[2] is None
+    counts = {k: sum(h.counts) for k, h in timer.table.items()}
+    assert counts == {(int(RequestCode.SEND_MESSAGE_V2), 0): 1,
+                      (int(RequestCode.SEND_MESSAGE_V2), int(ResponseCode.SYSTEM_BUSY)): 1}
+    plain = RpcTimer(lambda conn, cmd: cmd.response(ResponseCode.SUCCESS, None))  # no many form: one by one
+    assert [r.code for r in plain.many(None, cmds[:2])] == [0, 0]
+    assert sum(sum(h.counts) for h in plain.table.values()) == 2
