@@ -30,6 +30,10 @@
  *                   id_prefix)       model/record.py encode_run_into_py: a one-queue run of records, msg ids
  *   index_put_key(buf, entries_at, slot_num, n, topic, key, phys, store_ts, begin_ts, begin_phys, slot_count)
  *                                    store/index_file.py index_put_key_py: index_put of the key "topic#key"
+ *   append_singles(msgs, hosts, max_body, max_record, max_total, begin, table, schedule_topic, dispatch_cls,
+ *                  result_cls, put_ok)
+ *                                    store/commitlog.py append_singles_py: several single-message puts in one
+ *                                    pass (records, queue offsets, PutResults, DispatchRequests)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1300,6 +1304,444 @@ error:
     return NULL;
 }
 
+/* ---- several single-message puts in one pass (store/commitlog.py append_singles) ------------------------ */
+/* Slotted-dataclass instances built without their __init__: the slots written through the member offsets the
+ * class's own descriptors name (what the generated __init__ assigns, nothing else: no defaults, no
+ * __post_init__). The layout is read once per class and checked every time the class object changes. */
+typedef struct {
+    PyTypeObject *cls;
+    int n;
+    Py_ssize_t off[12];
+} slot_layout;
+
+static int slot_layout_of(slot_layout *lay, PyObject *cls, const char *const *names, int n) {
+    if (lay->cls == (PyTypeObject *)cls) return 0;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "expected a class");
+        return -1;
+    }
+    PyTypeObject *tp = (PyTypeObject *)cls;
+    for (int i = 0; i < n; i++) {
+        PyObject *d = PyDict_GetItemString(tp->tp_dict, names[i]); /* borrowed */
+        if (d == NULL || Py_TYPE(d) != &PyMemberDescr_Type) {
+            PyErr_Format(PyExc_TypeError, "%.100s.%s is not a slot", tp->tp_name, names[i]);
+            return -1;
+        }
+        PyMemberDef *md = ((PyMemberDescrObject *)d)->d_member;
+        if (md->type != T_OBJECT_EX || (md->flags & READONLY)) {
+            PyErr_Format(PyExc_TypeError, "%.100s.%s is not a writable object slot", tp->tp_name, names[i]);
+            return -1;
+        }
+        lay->off[i] = md->offset;
+    }
+    lay->n = n;
+    Py_INCREF(cls);
+    Py_XDECREF((PyObject *)lay->cls);
+    lay->cls = tp;
+    return 0;
+}
+
+/* New instance with every slot set; steals the references in v (all of them, also on failure). */
+static PyObject *slotted_new(slot_layout *lay, PyObject **v) {
+    PyObject *o = lay->cls->tp_alloc(lay->cls, 0);
+    if (o == NULL) {
+        for (int i = 0; i < lay->n; i++) Py_XDECREF(v[i]);
+        return NULL;
+    }
+    for (int i = 0; i < lay->n; i++) *(PyObject **)((char *)o + lay->off[i]) = v[i];
+    return o;
+}
+
+static const char *const dispatch_fields[12] = {"topic", "queue_id", "phys_offset", "size", "tags_code",
+                                                "store_timestamp", "queue_offset", "keys", "uniq_key", "sys_flag",
+                                                "prepared_transaction_offset", "properties"};
+static const char *const result_fields[7] = {"status", "phys_offset", "wrote_bytes", "msg_ids", "queue_offset",
+                                             "msg_count", "store_timestamp"};
+static slot_layout dispatch_layout, result_layout;
+static PyObject *str_topic, *str_queue_id, *str_born_host, *str_store_host, *str_properties, *str_tags, *str_keys,
+    *str_uniq_key, *int_one;
+
+typedef struct {
+    PyObject *m;        /* borrowed (msgs holds it) */
+    PyObject *topic;    /* owned attributes */
+    PyObject *props;
+    PyObject *body;
+    PyObject *props_b;  /* owned: the UTF-8 properties text */
+    PyObject *f[6];     /* owned: queue_id, flag, sys_flag, born_timestamp, reconsume_times,
+                           prepared_transaction_offset (ints) */
+    PyObject *born;     /* borrowed from hosts */
+    PyObject *store;
+    Py_ssize_t size;
+} single_part;
+
+/* The properties text name\x01value\x02... as UTF-8 bytes; NotImplemented (new ref) when a key or value is not
+ * a str (the Python encoder decides: it skips Nones and formats other values). */
+static PyObject *props_utf8(PyObject *props) {
+    Py_ssize_t pos = 0, total = 0, count = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(v)) Py_RETURN_NOTIMPLEMENTED;
+        Py_ssize_t kn, vn;
+        if (PyUnicode_AsUTF8AndSize(k, &kn) == NULL || PyUnicode_AsUTF8AndSize(v, &vn) == NULL) return NULL;
+        total += kn + 1 + vn;
+        count++;
+    }
+    if (count) total += count - 1;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    char *d = PyBytes_AS_STRING(out);
+    pos = 0;
+    Py_ssize_t i = 0;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        Py_ssize_t kn, vn;
+        const char *ks = PyUnicode_AsUTF8AndSize(k, &kn), *vs = PyUnicode_AsUTF8AndSize(v, &vn);
+        if (i++) *d++ = '\x02';
+        memcpy(d, ks, (size_t)kn);
+        d += kn;
+        *d++ = '\x01';
+        memcpy(d, vs, (size_t)vn);
+        d += vn;
+    }
+    return out;
+}
+
+static void parts_clear(single_part *p, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_XDECREF(p[i].topic);
+        Py_XDECREF(p[i].props);
+        Py_XDECREF(p[i].body);
+        Py_XDECREF(p[i].props_b);
+        for (int k = 0; k < 6; k++) Py_XDECREF(p[i].f[k]);
+    }
+}
+
+static int as_i32_plain(PyObject *o, int32_t *out) {
+    if (!PyLong_Check(o)) return -1;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || v < INT32_MIN || v > INT32_MAX) return -1;
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int as_i64_plain(PyObject *o, int64_t *out) {
+    if (!PyLong_Check(o)) return -1;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow) return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+static uint32_t java_hash_latin1_or(PyObject *s, int *ok) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    uint32_t h = 0;
+    *ok = 1;
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *u = (const Py_UCS1 *)data;
+        for (Py_ssize_t i = 0; i < n; i++) h = 31u * h + u[i];
+        return h;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 0xD800 && c <= 0xDFFF) {
+            *ok = 0;
+            return 0;
+        }
+        if (c >= 0x10000) {
+            c -= 0x10000;
+            h = 31u * h + (0xD800u + (c >> 10));
+            h = 31u * h + (0xDC00u + (c & 0x3FF));
+        } else {
+            h = 31u * h + c;
+        }
+    }
+    return h;
+}
+
+/* append_singles(msgs, hosts, max_body, max_record, max_total, begin, table, schedule_topic, dispatch_cls,
+ *                result_cls, put_ok) -> (seg, start, end, results, requests) | None | NotImplemented   (API 8)
+ * store/commitlog.py CommitLog._append_singles_py, whose contract this is:
+ *  - NotImplemented, before anything is taken: a message the Python twin must handle (a properties key or value
+ *    that is not a str, a body that is not bytes, a SCHEDULE_TOPIC record whose tags code is its delivery time,
+ *    an attribute of another type than the handler makes);
+ *  - None: declined (a transaction half or rollback, an unknown host, a topic of 0 or > 127 bytes, a body,
+ *    properties text or record over its limit, a run over max_total bytes, or, after begin(total) picked the
+ *    segment, a header field out of its Java range: the queue offsets taken are given back);
+ *  - else the records are written back to back from the segment's position, each with the next queue offset of
+ *    its "topic-queueId" in table, and one PutResult and one DispatchRequest per message.
+ * begin(total) -> (seg, buf, pos, base, store_ts) is CommitLog._begin_write's segment pick. */
+static PyObject *sp_append_singles(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11) {
+        PyErr_Format(PyExc_TypeError, "append_singles() takes 11 positional arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *msgs = args[0], *hosts = args[1], *begin = args[5], *table = args[6], *schedule = args[7];
+    PyObject *put_ok = args[10];
+    if (!PyList_CheckExact(msgs) || !PyDict_CheckExact(hosts) || !PyDict_CheckExact(table)) {
+        PyErr_SetString(PyExc_TypeError, "append_singles(list, dict, ..., dict, ...)");
+        return NULL;
+    }
+    if (slot_layout_of(&dispatch_layout, args[8], dispatch_fields, 12) < 0 ||
+        slot_layout_of(&result_layout, args[9], result_fields, 7) < 0)
+        return NULL;
+    int64_t max_body, max_record, max_total;
+    if (as_i64(args[2], &max_body) < 0 || as_i64(args[3], &max_record) < 0 || as_i64(args[4], &max_total) < 0)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(msgs);
+    if (n == 0) Py_RETURN_NONE;
+    single_part *parts = PyMem_Calloc((size_t)n, sizeof(single_part));
+    if (parts == NULL) return PyErr_NoMemory();
+    PyObject *ret = NULL, *begun = NULL, *results = NULL, *requests = NULL, *store_hex = NULL, *last_store = NULL;
+    PyObject **undo_keys = NULL, **undo_prior = NULL;
+    Py_ssize_t taken = 0;
+    Py_buffer out = {0};
+    int64_t total = 0;
+    /* phase 1: every check that needs no segment, the sizes and the properties text */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        single_part *p = &parts[i];
+        PyObject *m = p->m = PyList_GET_ITEM(msgs, i);
+        PyObject *const names[6] = {str_queue_id, str_flag, str_sys_flag, str_born_ts, str_reconsume,
+                                    str_prepared};
+        for (int k = 0; k < 6; k++) {
+            if ((p->f[k] = PyObject_GetAttr(m, names[k])) == NULL) goto error;
+            if (!PyLong_Check(p->f[k])) goto not_impl; /* struct's __index__ cases: the Python twin */
+        }
+        int32_t sys_flag;
+        if (as_i32_plain(p->f[2], &sys_flag)) goto not_impl; /* & TRANSACTION_MASK of a wide int: the twin */
+        int tx = sys_flag & 0xC;
+        if (tx == 0x4 || tx == 0xC) goto decline;
+        if ((p->topic = PyObject_GetAttr(m, str_topic)) == NULL) goto error;
+        if (!PyUnicode_CheckExact(p->topic)) goto not_impl;
+        int is_schedule = PyUnicode_Compare(p->topic, schedule);
+        if (is_schedule == -1 && PyErr_Occurred()) goto error;
+        if (is_schedule == 0) goto not_impl;
+        PyObject *bh = PyObject_GetAttr(m, str_born_host), *sh = bh ? PyObject_GetAttr(m, str_store_host) : NULL;
+        if (sh == NULL) {
+            Py_XDECREF(bh);
+            goto error;
+        }
+        p->born = PyDict_GetItemWithError(hosts, bh);
+        p->store = p->born ? PyDict_GetItemWithError(hosts, sh) : NULL;
+        Py_DECREF(bh);
+        Py_DECREF(sh);
+        if (PyErr_Occurred()) goto error;
+        Py_ssize_t topic_len;
+        if (PyUnicode_AsUTF8AndSize(p->topic, &topic_len) == NULL) goto error;
+        if (topic_len == 0 || topic_len > 127 || p->born == NULL || p->store == NULL) goto decline;
+        if (!PyBytes_CheckExact(p->born) || !PyBytes_CheckExact(p->store)) goto not_impl;
+        if ((p->props = PyObject_GetAttr(m, str_properties)) == NULL) goto error;
+        if (!PyDict_CheckExact(p->props)) goto not_impl;
+        if ((p->props_b = props_utf8(p->props)) == NULL) goto error;
+        if (p->props_b == Py_NotImplemented) goto not_impl;
+        if ((p->body = PyObject_GetAttr(m, str_body)) == NULL) goto error;
+        if (!PyBytes_CheckExact(p->body)) goto not_impl;
+        Py_ssize_t body_len = PyBytes_GET_SIZE(p->body), props_len = PyBytes_GET_SIZE(p->props_b);
+        p->size = 75 + PyBytes_GET_SIZE(p->born) + PyBytes_GET_SIZE(p->store) + body_len + topic_len + props_len;
+        if (body_len > max_body || props_len > 32767 || p->size > max_record) goto decline;
+        total += p->size;
+    }
+    if (total > max_total) goto decline;
+    /* the segment: from here on a refusal gives back what it took */
+    PyObject *total_o = PyLong_FromLongLong(total);
+    if (total_o == NULL) goto error;
+    begun = PyObject_CallOneArg(begin, total_o);
+    Py_DECREF(total_o);
+    if (begun == NULL) goto error;
+    if (!PyTuple_CheckExact(begun) || PyTuple_GET_SIZE(begun) != 5) {
+        PyErr_SetString(PyExc_TypeError, "begin() must return (seg, buf, pos, base, store_ts)");
+        goto error;
+    }
+    int64_t pos, base, store_ts;
+    if (as_i64(PyTuple_GET_ITEM(begun, 2), &pos) < 0 || as_i64(PyTuple_GET_ITEM(begun, 3), &base) < 0 ||
+        as_i64(PyTuple_GET_ITEM(begun, 4), &store_ts) < 0)
+        goto error;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(begun, 1), &out, PyBUF_WRITABLE) < 0) goto error;
+    if (pos < 0 || pos > out.len || total > out.len - pos) {
+        PyErr_Format(PyExc_ValueError, "%lld bytes do not fit the segment at %lld", (long long)total, (long long)pos);
+        goto error;
+    }
+    int64_t start_pos = pos;
+    PyObject *store_ts_o = PyTuple_GET_ITEM(begun, 4);
+    results = PyList_New(n);
+    requests = PyList_New(n);
+    undo_keys = PyMem_Calloc((size_t)n, sizeof(PyObject *));
+    undo_prior = PyMem_Calloc((size_t)n, sizeof(PyObject *));
+    if (results == NULL || requests == NULL || undo_keys == NULL || undo_prior == NULL) goto error;
+    /* phase 2: the records, in order */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        single_part *p = &parts[i];
+        if (p->store != last_store) {
+            Py_XDECREF(store_hex);
+            static const char hexd[] = "0123456789ABCDEF";
+            Py_ssize_t sl = PyBytes_GET_SIZE(p->store);
+            const unsigned char *sb = (const unsigned char *)PyBytes_AS_STRING(p->store);
+            store_hex = PyUnicode_New(2 * sl, 127);
+            if (store_hex == NULL) goto error;
+            char *hd = (char *)PyUnicode_DATA(store_hex);
+            for (Py_ssize_t k = 0; k < sl; k++) {
+                hd[2 * k] = hexd[sb[k] >> 4];
+                hd[2 * k + 1] = hexd[sb[k] & 0xF];
+            }
+            last_store = p->store;
+        }
+        PyObject *qid_o = p->f[0];
+        PyObject *key = PyUnicode_FromFormat("%U-%S", p->topic, qid_o);
+        if (key == NULL) goto error;
+        PyObject *prior = PyDict_GetItemWithError(table, key);
+        if (prior == NULL && PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto error;
+        }
+        int64_t queue_offset = 0;
+        int32_t queue_id, flag, sys_flag, reconsume;
+        int64_t born_ts, prepared;
+        int truthy = prior == NULL ? 0 : PyObject_IsTrue(prior);
+        if (truthy < 0) {
+            Py_DECREF(key);
+            goto error;
+        }
+        if ((truthy && as_i64_plain(prior, &queue_offset)) || as_i32_plain(qid_o, &queue_id) ||
+            as_i32_plain(p->f[1], &flag) || as_i32_plain(p->f[2], &sys_flag) || as_i64_plain(p->f[3], &born_ts) ||
+            as_i32_plain(p->f[4], &reconsume) || as_i64_plain(p->f[5], &prepared)) {
+            Py_DECREF(key); /* a header field out of its Java range: what encode_run_into refuses */
+            PyErr_Clear();
+            goto give_back;
+        }
+        /* the record (model/record.py's V1 layout, as encode_record_into writes it) */
+        Py_ssize_t born_len = PyBytes_GET_SIZE(p->born), store_len = PyBytes_GET_SIZE(p->store);
+        Py_ssize_t body_len = PyBytes_GET_SIZE(p->body), props_len = PyBytes_GET_SIZE(p->props_b), topic_len;
+        const char *topic_b = PyUnicode_AsUTF8AndSize(p->topic, &topic_len);
+        int32_t flag_bits = sys_flag & ~(BORNHOST_V6 | STOREHOST_V6);
+        if (born_len == 20) flag_bits |= BORNHOST_V6;
+        if (store_len == 20) flag_bits |= STOREHOST_V6;
+        int64_t phys = base + pos;
+        unsigned char *r = (unsigned char *)out.buf + pos;
+        const unsigned char *body = (const unsigned char *)PyBytes_AS_STRING(p->body);
+        put32(r, (uint32_t)p->size);
+        put32(r + 4, MAGIC_V1);
+        put32(r + 8, crc32_update(0, body, (size_t)body_len) & 0x7FFFFFFFu);
+        put32(r + 12, (uint32_t)queue_id);
+        put32(r + 16, (uint32_t)flag);
+        put64(r + 20, (uint64_t)queue_offset);
+        put64(r + 28, (uint64_t)phys);
+        put32(r + 36, (uint32_t)flag_bits);
+        put64(r + 40, (uint64_t)born_ts);
+        r += 48;
+        memcpy(r, PyBytes_AS_STRING(p->born), (size_t)born_len);
+        r += born_len;
+        put64(r, (uint64_t)store_ts);
+        r += 8;
+        memcpy(r, PyBytes_AS_STRING(p->store), (size_t)store_len);
+        r += store_len;
+        put32(r, (uint32_t)reconsume);
+        put64(r + 4, (uint64_t)prepared);
+        put32(r + 12, (uint32_t)body_len);
+        r += 16;
+        memcpy(r, body, (size_t)body_len);
+        r += body_len;
+        *r++ = (unsigned char)topic_len;
+        memcpy(r, topic_b, (size_t)topic_len);
+        r += topic_len;
+        r[0] = (unsigned char)(props_len >> 8);
+        r[1] = (unsigned char)props_len;
+        memcpy(r + 2, PyBytes_AS_STRING(p->props_b), (size_t)props_len);
+        /* the queue offset taken (given back on a later refusal) */
+        undo_keys[taken] = key; /* owns the key */
+        undo_prior[taken] = Py_XNewRef(prior);
+        taken++;
+        PyObject *next = queue_offset == INT64_MAX ? PyNumber_Add(prior, int_one)
+                                                   : PyLong_FromLongLong(queue_offset + 1);
+        if (next == NULL || PyDict_SetItem(table, key, next) < 0) {
+            Py_XDECREF(next);
+            goto error;
+        }
+        Py_DECREF(next);
+        /* the answer and the dispatch request */
+        PyObject *tags = PyDict_GetItemWithError(p->props, str_tags);
+        int64_t tags_code = 0;
+        if (tags != NULL && PyUnicode_GET_LENGTH(tags) > 0) {
+            int ok;
+            tags_code = (int32_t)java_hash_latin1_or(tags, &ok);
+            if (!ok) { /* unreachable: the properties were UTF-8 encoded above */
+                PyErr_SetString(PyExc_ValueError, "lone surrogate");
+            }
+        }
+        PyObject *keys = PyErr_Occurred() ? NULL : PyDict_GetItemWithError(p->props, str_keys);
+        PyObject *uniq = PyErr_Occurred() ? NULL : PyDict_GetItemWithError(p->props, str_uniq_key);
+        PyObject *phys_o = PyLong_FromLongLong(phys), *size_o = PyLong_FromSsize_t(p->size);
+        PyObject *qoff_o = PyLong_FromLongLong(queue_offset), *tags_o = PyLong_FromLongLong(tags_code);
+        PyObject *id = hex_id(store_hex, phys);
+        PyObject *ids = id ? PyList_New(1) : NULL;
+        if (PyErr_Occurred() || phys_o == NULL || size_o == NULL || qoff_o == NULL || tags_o == NULL || ids == NULL) {
+            Py_XDECREF(phys_o);
+            Py_XDECREF(size_o);
+            Py_XDECREF(qoff_o);
+            Py_XDECREF(tags_o);
+            Py_XDECREF(id);
+            Py_XDECREF(ids);
+            goto error;
+        }
+        PyList_SET_ITEM(ids, 0, id);
+        PyObject *rv[7] = {Py_NewRef(put_ok), Py_NewRef(phys_o), Py_NewRef(size_o), ids, Py_NewRef(qoff_o),
+                           Py_NewRef(int_one), Py_NewRef(store_ts_o)};
+        PyObject *res = slotted_new(&result_layout, rv);
+        PyObject *dv[12] = {Py_NewRef(p->topic), Py_NewRef(qid_o), phys_o, size_o, tags_o, Py_NewRef(store_ts_o),
+                            qoff_o, Py_NewRef(keys ? keys : Py_None), Py_NewRef(uniq ? uniq : Py_None),
+                            Py_NewRef(p->f[2]), Py_NewRef(p->f[5]), Py_NewRef(p->props)};
+        PyObject *req = slotted_new(&dispatch_layout, dv);
+        if (res == NULL || req == NULL) {
+            Py_XDECREF(res);
+            Py_XDECREF(req);
+            goto error;
+        }
+        PyList_SET_ITEM(results, i, res);
+        PyList_SET_ITEM(requests, i, req);
+        pos += p->size;
+    }
+    {
+        PyObject *s = PyLong_FromLongLong(start_pos), *e = PyLong_FromLongLong(pos);
+        if (s != NULL && e != NULL)
+            ret = PyTuple_Pack(5, PyTuple_GET_ITEM(begun, 0), s, e, results, requests);
+        Py_XDECREF(s);
+        Py_XDECREF(e);
+    }
+    if (ret == NULL) goto error;
+    goto done;
+give_back:
+    for (Py_ssize_t k = taken - 1; k >= 0; k--) {
+        int rc = undo_prior[k] == NULL ? PyDict_DelItem(table, undo_keys[k])
+                                       : PyDict_SetItem(table, undo_keys[k], undo_prior[k]);
+        if (rc < 0) goto error;
+    }
+decline:
+    ret = Py_NewRef(Py_None);
+    goto done;
+not_impl:
+    ret = Py_NewRef(Py_NotImplemented);
+    goto done;
+error:
+    ret = NULL;
+done:
+    if (out.obj) PyBuffer_Release(&out);
+    if (undo_keys != NULL)
+        for (Py_ssize_t k = 0; k < taken; k++) {
+            Py_DECREF(undo_keys[k]);
+            Py_XDECREF(undo_prior[k]);
+        }
+    PyMem_Free(undo_keys);
+    PyMem_Free(undo_prior);
+    Py_XDECREF(store_hex);
+    Py_XDECREF(results);
+    Py_XDECREF(requests);
+    Py_XDECREF(begun);
+    parts_clear(parts, n);
+    PyMem_Free(parts);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"crc32", sp_crc32, METH_O, "zlib.crc32(data) (unsigned)."},
     {"java_hash", sp_java_hash, METH_O, "Java String.hashCode over UTF-16 code units, signed 32-bit."},
@@ -1324,6 +1766,9 @@ static PyMethodDef methods[] = {
      "Records of a one-queue run written back to back; returns their msg ids."},
     {"index_put_key", (PyCFunction)(void (*)(void))sp_index_put_key, METH_FASTCALL,
      "index_put of index_key_hash(topic + '#' + key); returns prev."},
+    {"append_singles", (PyCFunction)(void (*)(void))sp_append_singles, METH_FASTCALL,
+     "Several single-message puts written in one pass: (seg, start, end, results, requests), None or "
+     "NotImplemented."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1347,11 +1792,23 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     not_v6 = PyLong_FromLong(~(long)(BORNHOST_V6 | STOREHOST_V6));
     if (!str_body || !str_flag || !str_sys_flag || !str_born_ts || !str_reconsume || !str_prepared || !not_v6)
         return NULL;
+    str_topic = PyUnicode_InternFromString("topic");
+    str_queue_id = PyUnicode_InternFromString("queue_id");
+    str_born_host = PyUnicode_InternFromString("born_host");
+    str_store_host = PyUnicode_InternFromString("store_host");
+    str_properties = PyUnicode_InternFromString("properties");
+    str_tags = PyUnicode_InternFromString("TAGS");
+    str_keys = PyUnicode_InternFromString("KEYS");
+    str_uniq_key = PyUnicode_InternFromString("UNIQ_KEY");
+    int_one = PyLong_FromLong(1);
+    if (!str_topic || !str_queue_id || !str_born_host || !str_store_host || !str_properties || !str_tags ||
+        !str_keys || !str_uniq_key || !int_one)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     /* native.py loads the module only when this matches its API_VERSION: a stale build from an older source
      * (an editable install not rebuilt) is ignored instead of missing functions. Bump it with every change of a
      * function's contract or the set of functions. */
-    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 7) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 8) < 0) {
         Py_DECREF(m);
         return NULL;
     }

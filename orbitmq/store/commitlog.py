@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from orbitmq.base import marks
 from orbitmq.base.clock import Clock
 from orbitmq.base.invariant import check
+from orbitmq.base.native import speedups
 from orbitmq.model.enums import TRANSACTION_MASK
 from orbitmq.model.properties import (
     MAX_PROPERTIES_SIZE,
@@ -52,6 +53,8 @@ _HOST_CACHE_MAX = 4096
 _NOT_V6 = ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
 _join_props = PROPERTY_SEPARATOR.join
 _join_pair = NAME_VALUE_SEPARATOR.join
+_native = speedups()
+_append_singles_native = None if _native is None else _native.append_singles  # twin: append_singles_py
 _Parts = tuple[bytes, bytes, bytes, bytes, int]  # topic, properties (UTF-8), born host, store host, record size
 
 
@@ -308,7 +311,32 @@ class CommitLog:
         the records go into one segment: when the last one's room takes only some of them, it gets its filler and
         they all go into the next (as a batch does). None, with no queue offset taken and nothing marked written,
         when any message is not what _append_one accepts, they do not fit in one segment, or a header field is out
-        of its Java range (found while encoding, as _append_one finds it): the caller then puts them one by one."""
+        of its Java range (found while encoding, as _append_one finds it): the caller then puts them one by one.
+        The native loop (_speedups.append_singles) does it when built; it hands what it does not take (non-str
+        properties, SCHEDULE_TOPIC records, ...) to the Python twin, append_singles_py, before taking anything."""
+        if _append_singles_native is not None:
+            done = _append_singles_native(msgs, self._hosts, self.config.max_message_size, self._max_record,
+                                          self.segments.segment_size - BLANK_SIZE, self._begin_parts,
+                                          self.topic_queue_table, SCHEDULE_TOPIC, DispatchRequest, PutResult,
+                                          PutStatus.PUT_OK)
+            if done is not NotImplemented:
+                if done is None:
+                    return None
+                seg, start_pos, end, results, requests = done
+                seg.backing.mark_written(start_pos, end)
+                seg.wrote_position = end
+                return results, seg.start_offset + end, requests
+        return self.append_singles_py(msgs)
+
+    def _begin_parts(self, total: int) -> tuple[Segment, memoryview, int, int, int]:
+        """_begin_write for the native append_singles: the segment, its buffer, position and base, the store
+        timestamp."""
+        seg, store_ts = self._begin_write(total)
+        return seg, seg.buf, seg.wrote_position, seg.start_offset, store_ts
+
+    def append_singles_py(self, msgs: list[MessageInner]
+                          ) -> tuple[list[PutResult], int, list[DispatchRequest]] | None:
+        """append_singles in Python (the reference of the native loop)."""
         hosts = self._hosts
         max_body = self.config.max_message_size
         max_record = self._max_record
