@@ -12,6 +12,7 @@ import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from orbitmq.base import marks
 from orbitmq.base.clock import Clock
@@ -176,6 +177,10 @@ class CommitLog:
         produces the same records or the same refusal."""
         first = msgs[0]
         if len(msgs) == 1:
+            if _append_singles_native is not None:  # the native loop for one; a decline gets _append_one's answer
+                done = self._native_singles(msgs)
+                if type(done) is tuple:
+                    return Appended(done[0][0], done[1], done[2])
             return self._append_one(first)
         topic_s, queue_id, born_s, store_s = first.topic, first.queue_id, first.born_host, first.store_host
         topic = topic_s.encode("utf-8")
@@ -315,18 +320,25 @@ class CommitLog:
         The native loop (_speedups.append_singles) does it when built; it hands what it does not take (non-str
         properties, SCHEDULE_TOPIC records, ...) to the Python twin, append_singles_py, before taking anything."""
         if _append_singles_native is not None:
-            done = _append_singles_native(msgs, self._hosts, self.config.max_message_size, self._max_record,
-                                          self.segments.segment_size - BLANK_SIZE, self._begin_parts,
-                                          self.topic_queue_table, SCHEDULE_TOPIC, DispatchRequest, PutResult,
-                                          PutStatus.PUT_OK)
+            done = self._native_singles(msgs)
             if done is not NotImplemented:
-                if done is None:
-                    return None
-                seg, start_pos, end, results, requests = done
-                seg.backing.mark_written(start_pos, end)
-                seg.wrote_position = end
-                return results, seg.start_offset + end, requests
+                return done
         return self.append_singles_py(msgs)
+
+    def _native_singles(self, msgs: list[MessageInner]
+                        ) -> tuple[list[PutResult], int, list[DispatchRequest]] | None | Any:
+        """append_singles by the native loop: its answer, or NotImplemented (nothing taken) for the Python twin."""
+        assert _append_singles_native is not None
+        done = _append_singles_native(msgs, self._hosts, self.config.max_message_size, self._max_record,
+                                      self.segments.segment_size - BLANK_SIZE, self._begin_parts,
+                                      self.topic_queue_table, SCHEDULE_TOPIC, DispatchRequest, PutResult,
+                                      PutStatus.PUT_OK)
+        if done is None or done is NotImplemented:
+            return done
+        seg, start_pos, end, results, requests = done
+        seg.backing.mark_written(start_pos, end)
+        seg.wrote_position = end
+        return results, seg.start_offset + end, requests
 
     def _begin_parts(self, total: int) -> tuple[Segment, memoryview, int, int, int]:
         """_begin_write for the native append_singles: the segment, its buffer, position and base, the store
