@@ -149,10 +149,14 @@ class SendProcessor:
         self._hooks_seen: list[Any] | None = None
         self._before_put: tuple[Any, ...] = ()
         self._after_put: tuple[Any, ...] = ()
+        self._after_group: tuple[tuple[Any, Any], ...] = ()
 
     def _bind_hooks(self, hooks: list[Any]) -> None:
         self._before_put = tuple(h.before_put for h in hooks)
-        self._after_put = tuple(h.after_put for h in hooks if getattr(h, "after_put_noop", False) is not True)
+        after = [h for h in hooks if getattr(h, "after_put_noop", False) is not True]
+        self._after_put = tuple(h.after_put for h in after)
+        # per hook: its after_put and, if it has one, its after_put_many (all the single puts of a read in one call)
+        self._after_group = tuple((h.after_put, getattr(h, "after_put_many", None)) for h in after)
         self._hooks_seen = list(hooks)
 
     def _after_puts(self) -> tuple[Any, ...]:
@@ -299,15 +303,46 @@ class SendProcessor:
                 except Exception as e:
                     out[i] = e
         else:
-            after_put = self._after_put
-            for (i, req, msgs, queue_id), result in zip(pending, results, strict=True):
+            items = [(req, msgs, result) for (_, req, msgs, _), result in zip(pending, results, strict=True)]
+            failed = self._after_puts_of(conn, items)
+            for k, ((i, req, msgs, queue_id), result) in enumerate(zip(pending, results, strict=True)):
+                if failed is not None and failed[k] is not None:
+                    out[i] = failed[k]
+                    continue
                 try:
-                    for after in after_put:
-                        after(conn, req, msgs, result)
                     out[i] = self._response(req, result, queue_id, msgs[0])
                 except Exception as e:
                     out[i] = e
         pending.clear()
+
+    def _after_puts_of(self, conn: Any, items: list[tuple[RemotingCommand, list[MessageInner], PutResult]]
+                       ) -> list[BaseException | None] | None:
+        """Every after_put hook, in order, for each stored item (a hook with after_put_many takes them in one
+        call). An item whose hook raised skips the later hooks, as one by one; returns None or, per item, that
+        exception."""
+        failed: list[BaseException | None] | None = None
+        for after, many in self._after_group:
+            live = items if failed is None else [it for it, f in zip(items, failed, strict=True) if f is None]
+            if many is not None:
+                got = many(conn, live)
+                if got is None:
+                    continue
+                if failed is None:
+                    failed = got
+                else:  # map the live items' errors back
+                    it = iter(got)
+                    failed = [f if f is not None else next(it) for f in failed]
+                continue
+            for k, (req, msgs, result) in enumerate(items):
+                if failed is not None and failed[k] is not None:
+                    continue
+                try:
+                    after(conn, req, msgs, result)
+                except Exception as e:
+                    if failed is None:
+                        failed = [None] * len(items)
+                    failed[k] = e
+        return failed
 
     def _answer_flushed(self, conn: Any, req: RemotingCommand, msgs: list[MessageInner], queue_id: int,
                         result: PutResult) -> None:

@@ -240,6 +240,19 @@ def _dedupable(topic: str, props: dict[str, str], reconsume_times: int) -> bool:
     return real is None or not real.startswith(_SKIP_PREFIXES)
 
 
+def _each(after_put: Any, conn: Any, items: list[tuple[Any, list[Any], Any]]) -> list[BaseException | None] | None:
+    """after_put of every item in turn; None, or per item the exception it raised."""
+    errors: list[BaseException | None] | None = None
+    for k, (req, msgs, result) in enumerate(items):
+        try:
+            after_put(conn, req, msgs, result)
+        except Exception as e:
+            if errors is None:
+                errors = [None] * len(items)
+            errors[k] = e
+    return errors
+
+
 def _response_queue_id(props: dict[str, str], queue_id: int) -> int:
     """The queue the producer asked for (delay / half messages are stored elsewhere with REAL_QID)."""
     real = props.get(Prop.REAL_QID)
@@ -422,6 +435,61 @@ class DedupService:
             # table_key and encode_entry, inlined
             put(f"{uniq}{SEP}{real or m.topic}", f"{head}{queue_offset + i}{SEP}{msg_id}{tail}")
         table.evict(ts)
+
+    def after_put_many(self, conn: Any, items: list[tuple[RemotingCommand, list[Any], Any]]
+                       ) -> list[BaseException | None] | None:
+        """after_put of each (req, msgs, result) in turn (the single puts of one read, Router.many), with one
+        eviction at the end instead of one per put: the same table afterwards (eviction drops the oldest entries,
+        and a key is never put twice in one run: the send handler stores a repeated UNIQ_KEY in a later run).
+        Returns None, or per item the exception its after_put raised (the others are remembered)."""
+        if self._appended:  # a put waiting for its flush is being settled: the general path, one by one
+            return _each(self.after_put, conn, items)
+        table = self.table
+        entries = table.entries
+        tail = table.tail
+        errors: list[BaseException | None] | None = None
+        last_ts = -1
+        ts_s = ""
+        for k, (req, msgs, result) in enumerate(items):
+            try:
+                status = result.status
+                if status is not _PUT_OK or len(msgs) != 1 or not result.msg_ids:
+                    self.after_put(conn, req, msgs, result)  # anything but a plain stored single: the general code
+                    continue
+                ts = result.store_timestamp or self.env.clock.now_ms()
+                if ts != last_ts:
+                    last_ts, ts_s = ts, f"{ts}{SEP}"
+                m = msgs[0]
+                props = m.properties
+                uniq = props.get(_UNIQ_KEY)
+                if uniq is None:
+                    continue
+                topic = m.topic
+                real = props.get(_REAL_TOPIC)
+                if (m.reconsume_times > 0 or topic.startswith(_SKIP_PREFIXES) or topic in _SKIP_TOPICS
+                        or (real is not None and real.startswith(_SKIP_PREFIXES))):
+                    continue
+                ext = req.ext_fields or {}
+                group = ext.get("producerGroup") or ext.get("a") or ""
+                qid = m.queue_id if real is None else _response_queue_id(props, m.queue_id)
+                key = f"{uniq}{SEP}{real or topic}"
+                value = f"{ts_s}{qid}{SEP}{result.queue_offset}{SEP}{result.msg_ids[0]}{SEP}{group}"
+                if key in entries:
+                    table.put(key, value)
+                    tail = table.tail
+                    continue
+                entries[key] = value  # DedupTable.put of a new key, inlined
+                tail.append(key)
+                if len(tail) >= CHUNK:
+                    table.chunks.append(tuple(tail))
+                    tail = table.tail = []
+            except Exception as e:
+                if errors is None:
+                    errors = [None] * len(items)
+                errors[k] = e
+        if last_ts >= 0:
+            table.evict(last_ts)
+        return errors
 
     # ---- recovery ----
     def rebuild(self) -> int:
