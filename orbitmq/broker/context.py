@@ -44,7 +44,13 @@ class SendHook(Protocol):
     before_put may rewrite the prepared messages in place (topic, queue_id, properties, sys_flag) or return a
     response (or an awaitable of one) to answer the send without storing anything (e.g. a duplicate); after_put
     sees the stored result. A hook may also define after_append(conn, req, msgs, result): called when a put is in
-    the CommitLog but still waits for its flush / slave (after_put follows once it is settled)."""
+    the CommitLog but still waits for its flush / slave (after_put follows once it is settled).
+
+    Optional declarations the send handler uses to skip calls that would do nothing: `before_put_acts_on =
+    (topics, property names)` (before_put returns None and changes nothing for a single message whose topic is not
+    in `topics` and whose properties hold none of the names), `after_put_noop = True` (after_put does nothing), and
+    `after_put_many(conn, items)` (after_put of every (req, msgs, result) in one call; None or per item the
+    exception it raised)."""
 
     def before_put(self, conn: Any, req: Any, msgs: list[Any]) -> Any | None: ...
 

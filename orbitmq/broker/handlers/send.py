@@ -148,11 +148,19 @@ class SendProcessor:
         # no-op (after_put_noop = True) is not called
         self._hooks_seen: list[Any] | None = None
         self._before_put: tuple[Any, ...] = ()
+        self._before_plain: tuple[Any, ...] = ()
+        self._gate_topics: frozenset[str] = frozenset()
+        self._gate_props: frozenset[str] = frozenset()
         self._after_put: tuple[Any, ...] = ()
         self._after_group: tuple[tuple[Any, Any], ...] = ()
 
     def _bind_hooks(self, hooks: list[Any]) -> None:
         self._before_put = tuple(h.before_put for h in hooks)
+        # a single message outside every declared gate (before_put_acts_on) needs only the hooks without one
+        gates = [getattr(h, "before_put_acts_on", None) for h in hooks]
+        self._before_plain = tuple(h.before_put for h, g in zip(hooks, gates, strict=True) if g is None)
+        self._gate_topics = frozenset().union(*(g[0] for g in gates if g is not None))
+        self._gate_props = frozenset().union(*(g[1] for g in gates if g is not None))
         after = [h for h in hooks if getattr(h, "after_put_noop", False) is not True]
         self._after_put = tuple(h.after_put for h in after)
         # per hook: its after_put and, if it has one, its after_put_many (all the single puts of a read in one call)
@@ -190,11 +198,20 @@ class SendProcessor:
         hooks = self.ctx.send_hooks
         if hooks != self._hooks_seen:  # a C-level compare, identity first per element
             self._bind_hooks(hooks)
-        for before in self._before_put:
+        for before in self._befores(msgs):
             early = before(conn, req, msgs)
             if early is not None:
                 return early
         return self._put(conn, req, msgs, queue_id, defer)
+
+    def _befores(self, msgs: list[MessageInner]) -> tuple[Any, ...]:
+        """The before_put hooks to call for `msgs`: for a single message outside every hook's declared gate only
+        the ungated ones (the others would return None and change nothing), else all of them, in order."""
+        if len(msgs) == 1:
+            m = msgs[0]
+            if m.topic not in self._gate_topics and self._gate_props.isdisjoint(m.properties):
+                return self._before_plain
+        return self._before_put
 
     def _prepare(self, conn: Any, req: RemotingCommand) -> tuple[list[MessageInner], int] | RemotingCommand:
         """The request's messages and the queue id to answer with, or the refusal to send instead."""
@@ -261,7 +278,12 @@ class SendProcessor:
                     self._put_pending(conn, pending, out)
                     keys.clear()
                 early = None
-                for before in self._before_put:
+                befores = self._before_put
+                if len(msgs) == 1:  # _befores, inlined
+                    m = msgs[0]
+                    if m.topic not in self._gate_topics and self._gate_props.isdisjoint(m.properties):
+                        befores = self._before_plain
+                for before in befores:
                     early = before(conn, req, msgs)
                     if early is not None:
                         break

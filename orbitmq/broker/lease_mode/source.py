@@ -57,6 +57,8 @@ class LateAckGuard:
         self.source = source
         self.refused = 0
 
+    before_put_acts_on: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # never: skipped
+
     def before_put(self, conn: Any, req: Any, msgs: list[Any]) -> None:
         return None
 

@@ -50,6 +50,8 @@ class TimerSendHook:
     """before_put: diverts timer messages (delivery time in the future) into rmq_sys_wheel_timer queue 0."""
 
     after_put_noop = True  # nothing to do after a put: the send handler skips the call
+    # a single send to another topic without timer properties: before_put is skipped (it would return None)
+    before_put_acts_on = (frozenset({TIMER_TOPIC}), TIMER_KEYS)
 
     def __init__(self, ctx: BrokerContext, clock: Any) -> None:
         self.ctx = ctx

@@ -55,6 +55,7 @@ class TransactionSendHook:
     """before_put: a TRAN_MSG=true message becomes a half message of RMQ_SYS_TRANS_HALF_TOPIC queue 0."""
 
     after_put_noop = True  # nothing to do after a put: the send handler skips the call
+    before_put_acts_on = (frozenset(), frozenset({Prop.TRAN_MSG}))  # a single send without TRAN_MSG: skipped
 
     def before_put(self, conn: Any, req: Any, msgs: list[MessageInner]) -> Any | None:
         if len(msgs) != 1:  # the send handler refuses transactional batches: skip the per-message lookups

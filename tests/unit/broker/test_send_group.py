@@ -198,3 +198,43 @@ def test_router_many_groups_runs_of_one_handler_and_keeps_the_rest_in_order() ->
     router.accepting = False  # starting: every request gets the refusal of __call__, nothing is grouped
     assert {r.code for r in Router.many(router, object(), cmds[:2])} == {int(ResponseCode.SERVICE_NOT_AVAILABLE)}
     assert owner.calls == [("group", [1, 2, 4, 5]), ("one", [7])]
+
+
+class _Recorder:
+    """A send hook that records the sends it was asked about (its before_put does nothing)."""
+
+    def __init__(self, name: str, log: list[tuple[str, str]], acts_on: Any = None) -> None:
+        self.name, self.log = name, log
+        if acts_on is not None:
+            self.before_put_acts_on = acts_on
+
+    def before_put(self, conn: Any, req: Any, msgs: list[Any]) -> None:
+        self.log.append((self.name, msgs[0].topic if len(msgs) == 1 else f"batch of {len(msgs)}"))
+
+    def after_put(self, conn: Any, req: Any, msgs: list[Any], result: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_before_put_gates_skip_only_the_hooks_that_would_do_nothing(tmp_path: Any, grouped: bool) -> None:
+    """A hook declaring before_put_acts_on = (topics, property names) is not asked about a single send to another
+    topic without those properties (of any hook's gate); the others and every batch go to every hook; hooks without
+    a gate are always asked, and the calls keep the hooks' order (one by one and in a read's group alike)."""
+    ctx = make_ctx(tmp_path, "ASYNC_FLUSH")
+    log: list[tuple[str, str]] = []
+    ctx.send_hooks.extend([_Recorder("plain", log), _Recorder("gated", log, (frozenset({"TopicT"}), frozenset({"P"}))),
+                           _Recorder("never", log, (frozenset(), frozenset()))])
+    proc = SendProcessor(ctx)
+    with_prop = send_req("TopicA", {"UNIQ_KEY": "U2", "P": "1"})
+    reqs = [_single("TopicA", 0, "U1", b"one"), with_prop, _single("TopicT", 0, "U3", b"three"),
+            _batch("TopicA", 1, ["B1", "B2"])]
+    conn = FakeConn()
+    if grouped:
+        answers = proc.dispatch_group(conn, reqs)
+    else:
+        answers = [proc.dispatch(conn, r) for r in reqs]
+    assert all(isinstance(a, RemotingCommand) and a.code == ResponseCode.SUCCESS for a in answers), answers
+    assert log == [("plain", "TopicA"),
+                   ("plain", "TopicA"), ("gated", "TopicA"), ("never", "TopicA"),
+                   ("plain", "TopicT"), ("gated", "TopicT"), ("never", "TopicT"),
+                   ("plain", "batch of 2"), ("gated", "batch of 2"), ("never", "batch of 2")]
