@@ -24,6 +24,7 @@ from orbitmq.broker.metadata.groups import SYS_CONSUMER_GROUP_PREFIX
 from orbitmq.broker.stats import OTHER_TOPIC
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from orbitmq.protocol.bodies import KVTable
+from orbitmq.protocol.frame import EncodedResponse
 
 MAX_SERIES = 10_000  # per labelled family; the rest of a scrape's rows are dropped (and counted)
 MAX_TIMESTAMP_READS = 20_000  # store timestamp lookups per scrape for the latency gauges (one CQ + record read each)
@@ -83,7 +84,7 @@ class RpcTimer:
         results = inner_many(conn, cmds)
         elapsed = self._now() - t0
         for i, (cmd, r) in enumerate(zip(cmds, results, strict=True)):
-            if type(r) is RemotingCommand:
+            if type(r) is RemotingCommand or type(r) is EncodedResponse:
                 self._record(cmd.code, r.code, elapsed)
             elif r is not None and not isinstance(r, Exception) and inspect.isawaitable(r):
                 results[i] = self._timed(r, cmd.code, t0)

@@ -86,6 +86,26 @@ class BrokerStats:
             t[0] += msg_count
             t[1] += size_bytes
 
+    def on_put_singles(self, puts: list[tuple[Any, Any]]) -> None:
+        """on_put(1, result.wrote_bytes, msg) of each stored single (result, msg) of a read, one clock read for all."""
+        i = self._roll()
+        b = self._buckets
+        total = 0
+        topic_in = self.topic_in
+        for result, msg in puts:
+            size = result.wrote_bytes
+            total += size
+            t = topic_in.get(msg.topic)
+            if t is None:
+                t = self._new_topic(msg)
+            t[0] += 1
+            t[1] += size
+        n = len(puts)
+        self.put_msgs_total += n
+        self.put_bytes_total += total
+        b[_PUT_MSGS][i] += n
+        b[_PUT_BYTES][i] += total
+
     def _new_topic(self, msg: Any) -> list[int]:
         """The totals of msg's topic. A message the send hooks moved to a system topic (a transaction's half
         message, a delayed or timer message) counts under its real topic and type, looked up on each such put."""

@@ -61,6 +61,27 @@ def _plain(s: object) -> bool:
     return type(s) is str and _NOT_PLAIN(s) is None
 
 
+class EncodedResponse:
+    """A response a handler returns already encoded (its whole frame): the connection writes `frame` as is, the
+    metrics count `code`. For answers built from a template on a hot path (the send handler's PUT_OK)."""
+
+    __slots__ = ("code", "frame")
+
+    def __init__(self, code: int, frame: bytes) -> None:
+        self.code = code
+        self.frame = frame
+
+    def decode(self) -> RemotingCommand:
+        """The command the frame holds (tests and tools)."""
+        (cmd,) = FrameDecoder().feed(self.frame)
+        return cmd
+
+
+def is_plain_json_text(s: object) -> bool:
+    """True for a str that JSON writes between quotes unchanged (no escapes) and UTF-8 can hold."""
+    return _plain(s)
+
+
 def encode_json_frame_py(cmd: RemotingCommand) -> bytes | None:
     """The frame of a command of the common JSON shape, else None (encode_frame_general decides).
     Common: serialize_type 0; code, version, opaque and flag ints within int64 (not bool); language a str; remark

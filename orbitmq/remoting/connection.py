@@ -19,7 +19,12 @@ from typing import Any
 
 from orbitmq.base.errors import ProtocolError, RemotingConnectError, RemotingTimeoutError
 from orbitmq.protocol import FLAG_ONEWAY, FrameDecoder, RemotingCommand, ResponseCode
-from orbitmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, encode_frame_general, encode_json_frame
+from orbitmq.protocol.frame import (
+    DEFAULT_MAX_FRAME_SIZE,
+    EncodedResponse,
+    encode_frame_general,
+    encode_json_frame,
+)
 from orbitmq.remoting.limits import LIMIT_FRAME_DEADLINE, InputBudget
 
 log = logging.getLogger("orbitmq.remoting")
@@ -289,7 +294,10 @@ class Connection(asyncio.Protocol):
         """Act on what the handler returned for request `cmd` (an exception instance: it raised that)."""
         if result is None or result is DEFERRED:
             return
-        if isinstance(result, RemotingCommand):
+        if type(result) is EncodedResponse:  # the send handler's PUT_OK, encoded from its template
+            if not cmd.flag & FLAG_ONEWAY:
+                self.send_frame(result.frame)
+        elif isinstance(result, RemotingCommand):
             if not cmd.flag & FLAG_ONEWAY:
                 self.send(result)
         elif inspect.isawaitable(result):
@@ -348,6 +356,12 @@ class Connection(asyncio.Protocol):
         frame = _encode_json_frame(cmd) if _encode_json_frame is not None else None
         if frame is None:
             frame = encode_frame_general(cmd)
+        self.send_frame(frame)
+
+    def send_frame(self, frame: bytes) -> None:
+        """Queue an encoded frame; it leaves with the others of this turn (or now, past the high-water mark)."""
+        if self.closed:
+            return
         self._wbuf.append(frame)
         self._wbuf_size += len(frame)
         if self._wbuf_size >= self._high_water:

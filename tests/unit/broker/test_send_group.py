@@ -5,6 +5,7 @@ the same queue offsets with the same bodies, and a retry inside the same read is
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,7 +19,15 @@ from orbitmq.client.producer import encode_batch_body
 from orbitmq.model.message import Message
 from orbitmq.model.properties import encode_properties
 from orbitmq.model.record import decode_record
-from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, to_send_v2
+from orbitmq.protocol import (
+    CURRENT_VERSION,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    encode_frame,
+    to_send_v2,
+)
+from orbitmq.protocol.frame import EncodedResponse
 from orbitmq.remoting.connection import DEFERRED
 from orbitmq.store import GetStatus
 
@@ -73,6 +82,11 @@ def _read() -> list[RemotingCommand]:
 
 
 def _answer(r: Any) -> tuple[Any, ...]:
+    if isinstance(r, EncodedResponse):  # a PUT_OK from the template: exactly the frame the encoder gives
+        cmd = r.decode()
+        assert r.frame == encode_frame(cmd)
+        assert (cmd.flag, cmd.language, cmd.version, cmd.code) == (1, "JAVA", CURRENT_VERSION, r.code)
+        r = cmd
     assert isinstance(r, RemotingCommand), r
     return r.code, r.remark, r.ext_fields
 
@@ -101,10 +115,15 @@ def test_a_read_of_sends_answers_and_stores_as_one_by_one(tmp_path: Any) -> None
     grouped, g_ctx, g_svc = _run(tmp_path, "grouped", True)
     single, s_ctx, _ = _run(tmp_path, "single", False)
     assert [_answer(r) for r in grouped] == [_answer(r) for r in single]
+    # the last run's three singles (the first run meets a new host: the store takes it one by one)
+    assert [isinstance(r, EncodedResponse) for r in grouped] == [False] * 6 + [True] * 3
     codes = [r.code for r in grouped]
     assert codes.count(int(ResponseCode.SUCCESS)) == 8 and int(ResponseCode.SYSTEM_ERROR) in codes
     # the retry is the de-dup hook's answer: the original's msgId and queue offset, and one hit
     assert grouped[2].ext_fields["msgId"] == grouped[0].ext_fields["msgId"]
+    g_stats, s_stats = g_ctx.stats, s_ctx.stats
+    assert (g_stats.put_msgs_total, g_stats.put_bytes_total, g_stats.topic_in) == \
+        (s_stats.put_msgs_total, s_stats.put_bytes_total, s_stats.topic_in)
     assert g_ctx.stats.counters["dedupHits"] == 1
     assert _stored(g_ctx) == _stored(s_ctx)
     assert _stored(g_ctx)[("TopicA", 0)] == [(0, b"one"), (1, b"five")]  # U1 stored once
@@ -238,3 +257,20 @@ def test_before_put_gates_skip_only_the_hooks_that_would_do_nothing(tmp_path: An
                    ("plain", "TopicA"), ("gated", "TopicA"), ("never", "TopicA"),
                    ("plain", "TopicT"), ("gated", "TopicT"), ("never", "TopicT"),
                    ("plain", "batch of 2"), ("gated", "batch of 2"), ("never", "batch of 2")]
+
+
+@pytest.mark.parametrize(("region", "trace_on", "encoded"), [("DefaultRegion", True, True), ("r-2", False, True),
+                                                              ('quo"te', True, False), ("ünï", False, True)])
+def test_the_put_ok_template_follows_the_config(tmp_path: Any, region: str, trace_on: bool, encoded: bool) -> None:
+    """The grouped PUT_OK frame carries the config's region and trace flag as _response does; a region JSON would
+    escape takes _response's command instead."""
+    ctx = make_ctx(tmp_path, "ASYNC_FLUSH")
+    ctx.config = dataclasses.replace(ctx.config, region_id=region, trace_on=trace_on)
+    proc = SendProcessor(ctx)
+    proc.dispatch(FakeConn(), _single("TopicA", 0, "U0", b"zero"))  # the store meets the host: later runs group
+    answers = proc.dispatch_group(FakeConn(), [_single("TopicA", 0, "U1", b"one"), _single("TopicA", 1, "U2", b"2")])
+    assert [isinstance(a, EncodedResponse) for a in answers] == [encoded, encoded]
+    for a in answers:
+        code, remark, ext = _answer(a)
+        assert (code, remark) == (int(ResponseCode.SUCCESS), None)
+        assert (ext["MSG_REGION"], ext["TRACE_ON"]) == (region, "true" if trace_on else "false")
