@@ -298,15 +298,68 @@ static PyObject *sp_command_from_header(PyObject *self, PyObject *const *args, P
  * (when "a" or "b" is a key) its V2 letter, other keys ignored; the required fields present, every int field
  * present written as plain ASCII decimal (-?[0-9]{1,19}) within its Java range -> a SendMessageRequestHeader (cls)
  * with every attribute set; anything else None (the Python decoder decides: defaults, lenient parses, errors). */
+/* ---- slotted instances ---------------------------------------------------------------------------- */
+/* Instances of slotted classes built without their __init__: the slots written through the member offsets the
+ * class's descriptors name (what the generated __init__ assigns, nothing else: no defaults, no
+ * __post_init__). The layout is read once per class and checked every time the class object changes. */
+typedef struct {
+    PyTypeObject *cls;
+    int n;
+    Py_ssize_t off[16];
+} slot_layout;
+
+static int slot_layout_of(slot_layout *lay, PyObject *cls, const char *const *names, int n) {
+    if (lay->cls == (PyTypeObject *)cls) return 0;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "expected a class");
+        return -1;
+    }
+    PyTypeObject *tp = (PyTypeObject *)cls;
+    for (int i = 0; i < n; i++) {
+        PyObject *d = PyObject_GetAttrString(cls, names[i]); /* the member descriptor, from the class or a base */
+        if (d == NULL) return -1;
+        int is_member = Py_TYPE(d) == &PyMemberDescr_Type;
+        PyMemberDef *md = is_member ? ((PyMemberDescrObject *)d)->d_member : NULL;
+        Py_DECREF(d); /* the class keeps it */
+        if (!is_member) {
+            PyErr_Format(PyExc_TypeError, "%.100s.%s is not a slot", tp->tp_name, names[i]);
+            return -1;
+        }
+        if (md->type != T_OBJECT_EX || (md->flags & READONLY)) {
+            PyErr_Format(PyExc_TypeError, "%.100s.%s is not a writable object slot", tp->tp_name, names[i]);
+            return -1;
+        }
+        lay->off[i] = md->offset;
+    }
+    lay->n = n;
+    Py_INCREF(cls);
+    Py_XDECREF((PyObject *)lay->cls);
+    lay->cls = tp;
+    return 0;
+}
+
+/* New instance with every slot set; steals the references in v (all of them, also on failure). */
+static PyObject *slotted_new(slot_layout *lay, PyObject **v) {
+    PyObject *o = lay->cls->tp_alloc(lay->cls, 0);
+    if (o == NULL) {
+        for (int i = 0; i < lay->n; i++) Py_XDECREF(v[i]);
+        return NULL;
+    }
+    for (int i = 0; i < lay->n; i++) *(PyObject **)((char *)o + lay->off[i]) = v[i];
+    return o;
+}
+
 static PyObject *send_attrs[14]; /* indexed by letter - 'a' */
 static PyObject *str_tbw102, *int_four, *str_a, *str_b, *send_key_index;
 
+static const char *const send_names[14] = {"producer_group", "topic", "default_topic", "default_topic_queue_nums",
+                                           "queue_id", "sys_flag", "born_timestamp", "flag", "properties",
+                                           "reconsume_times", "unit_mode", "max_reconsume_times", "batch", "bname"};
+static slot_layout send_layout;
+
 static int send_names_init(void) {
-    static const char *names[14] = {"producer_group", "topic", "default_topic", "default_topic_queue_nums",
-                                    "queue_id", "sys_flag", "born_timestamp", "flag", "properties",
-                                    "reconsume_times", "unit_mode", "max_reconsume_times", "batch", "bname"};
     for (int i = 0; i < 14; i++)
-        if ((send_attrs[i] = PyUnicode_InternFromString(names[i])) == NULL) return -1;
+        if ((send_attrs[i] = PyUnicode_InternFromString(send_names[i])) == NULL) return -1;
     static const char *v1[14] = {"producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId",
                                  "sysFlag", "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode",
                                  "maxReconsumeTimes", "batch", "bname"};
@@ -420,7 +473,12 @@ static PyObject *sp_decode_send_v2(PyObject *self, PyObject *const *args, Py_ssi
     if (f[12] == NULL) v[12] = Py_False; /* batch: "1" or "true" in any case */
     else v[12] = (PyUnicode_CompareWithASCIIString(f[12], "1") == 0 || is_true_text(f[12])) ? Py_True : Py_False;
     PyObject *h = NULL;
-    if (ok) {
+    if (ok && slot_layout_of(&send_layout, args[0], send_names, 14) == 0) { /* the slots written directly */
+        PyObject *refs[14];
+        for (int i = 0; i < 14; i++) refs[i] = Py_NewRef(v[i]);
+        h = slotted_new(&send_layout, refs);
+    } else if (ok) { /* not a class of 14 object slots: through setattr */
+        PyErr_Clear();
         PyTypeObject *tp = (PyTypeObject *)args[0];
         h = tp->tp_alloc(tp, 0);
         for (int i = 0; h != NULL && i < 14; i++) {
@@ -1305,53 +1363,6 @@ error:
 }
 
 /* ---- several single-message puts in one pass (store/commitlog.py append_singles) ------------------------ */
-/* Slotted-dataclass instances built without their __init__: the slots written through the member offsets the
- * class's own descriptors name (what the generated __init__ assigns, nothing else: no defaults, no
- * __post_init__). The layout is read once per class and checked every time the class object changes. */
-typedef struct {
-    PyTypeObject *cls;
-    int n;
-    Py_ssize_t off[12];
-} slot_layout;
-
-static int slot_layout_of(slot_layout *lay, PyObject *cls, const char *const *names, int n) {
-    if (lay->cls == (PyTypeObject *)cls) return 0;
-    if (!PyType_Check(cls)) {
-        PyErr_SetString(PyExc_TypeError, "expected a class");
-        return -1;
-    }
-    PyTypeObject *tp = (PyTypeObject *)cls;
-    for (int i = 0; i < n; i++) {
-        PyObject *d = PyDict_GetItemString(tp->tp_dict, names[i]); /* borrowed */
-        if (d == NULL || Py_TYPE(d) != &PyMemberDescr_Type) {
-            PyErr_Format(PyExc_TypeError, "%.100s.%s is not a slot", tp->tp_name, names[i]);
-            return -1;
-        }
-        PyMemberDef *md = ((PyMemberDescrObject *)d)->d_member;
-        if (md->type != T_OBJECT_EX || (md->flags & READONLY)) {
-            PyErr_Format(PyExc_TypeError, "%.100s.%s is not a writable object slot", tp->tp_name, names[i]);
-            return -1;
-        }
-        lay->off[i] = md->offset;
-    }
-    lay->n = n;
-    Py_INCREF(cls);
-    Py_XDECREF((PyObject *)lay->cls);
-    lay->cls = tp;
-    return 0;
-}
-
-/* New instance with every slot set; steals the references in v (all of them, also on failure). */
-static PyObject *slotted_new(slot_layout *lay, PyObject **v) {
-    PyObject *o = lay->cls->tp_alloc(lay->cls, 0);
-    if (o == NULL) {
-        for (int i = 0; i < lay->n; i++) Py_XDECREF(v[i]);
-        return NULL;
-    }
-    for (int i = 0; i < lay->n; i++) *(PyObject **)((char *)o + lay->off[i]) = v[i];
-    return o;
-}
-
 static const char *const dispatch_fields[12] = {"topic", "queue_id", "phys_offset", "size", "tags_code",
                                                 "store_timestamp", "queue_offset", "keys", "uniq_key", "sys_flag",
                                                 "prepared_transaction_offset", "properties"};
@@ -1467,9 +1478,9 @@ static uint32_t java_hash_latin1_or(PyObject *s, int *ok) {
  *  - NotImplemented, before anything is taken: a message the Python twin must handle (a properties key or value
  *    that is not a str, a body that is not bytes, a SCHEDULE_TOPIC record whose tags code is its delivery time,
  *    an attribute of another type than the handler makes);
- *  - None: declined (a transaction half or rollback, an unknown host, a topic of 0 or > 127 bytes, a body,
- *    properties text or record over its limit, a run over max_total bytes, or, after begin(total) picked the
- *    segment, a header field out of its Java range: the queue offsets taken are given back);
+ *  - None: declined (a transaction half or rollback, a header field out of its Java range, an unknown host, a
+ *    topic of 0 or > 127 bytes, a body, properties text or record over its limit, a run over max_total bytes, or,
+ *    after begin(total) picked the segment, a queue offset past int64: the queue offsets taken are given back);
  *  - else the records are written back to back from the segment's position, each with the next queue offset of
  *    its "topic-queueId" in table, and one PutResult and one DispatchRequest per message.
  * begin(total) -> (seg, buf, pos, base, store_ts) is CommitLog._begin_write's segment pick. */
@@ -1509,10 +1520,15 @@ static PyObject *sp_append_singles(PyObject *self, PyObject *const *args, Py_ssi
             if ((p->f[k] = PyObject_GetAttr(m, names[k])) == NULL) goto error;
             if (!PyLong_Check(p->f[k])) goto not_impl; /* struct's __index__ cases: the Python twin */
         }
-        int32_t sys_flag;
+        int32_t sys_flag, i32;
+        int64_t i64;
         if (as_i32_plain(p->f[2], &sys_flag)) goto not_impl; /* & TRANSACTION_MASK of a wide int: the twin */
         int tx = sys_flag & 0xC;
         if (tx == 0x4 || tx == 0xC) goto decline;
+        /* a header field out of its Java range: declined before the segment pick (no store timestamp taken) */
+        if (as_i32_plain(p->f[0], &i32) || as_i32_plain(p->f[1], &i32) || as_i64_plain(p->f[3], &i64) ||
+            as_i32_plain(p->f[4], &i32) || as_i64_plain(p->f[5], &i64))
+            goto decline;
         if ((p->topic = PyObject_GetAttr(m, str_topic)) == NULL) goto error;
         if (!PyUnicode_CheckExact(p->topic)) goto not_impl;
         int is_schedule = PyUnicode_Compare(p->topic, schedule);

@@ -47,6 +47,7 @@ from orbitmq.store.segment_list import SegmentList
 
 log = logging.getLogger(__name__)
 _Q = struct.Struct(">q")
+_I32_MIN, _I32_MAX, _I64_MIN, _I64_MAX = -(2**31), 2**31 - 1, -(2**63), 2**63 - 1
 _PREPARED = 0x4
 _ROLLBACK = 0xC
 _MAGIC_BYTES = struct.pack(">i", -626843481)
@@ -369,6 +370,13 @@ class CommitLog:
                 props_b = encode_properties(m.properties).encode("utf-8")
             size = 75 + len(born) + len(store) + len(m.body) + len(topic) + len(props_b)  # record_size, inlined
             if len(m.body) > max_body or len(props_b) > MAX_PROPERTIES_SIZE or size > max_record:
+                return None
+            try:  # a header field out of its Java range (or not a number): declined before the segment pick
+                if not (_I32_MIN <= m.queue_id <= _I32_MAX and _I32_MIN <= m.flag <= _I32_MAX
+                        and _I64_MIN <= m.born_timestamp <= _I64_MAX and _I32_MIN <= m.reconsume_times <= _I32_MAX
+                        and _I64_MIN <= m.prepared_transaction_offset <= _I64_MAX):
+                    return None
+            except TypeError:
                 return None
             parts.append((topic, props_b, born, store, size))
             total += size

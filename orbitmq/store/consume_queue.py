@@ -622,6 +622,23 @@ class ConsumeQueueTable:
         for cq in self._all:
             cq.close()
 
+    def dispatch_many(self, reqs: list[DispatchRequest]) -> None:
+        """dispatch() of each request in turn; the queue lookup inline while the queue exists."""
+        queues = self._queues
+        for req in reqs:
+            tx = req.sys_flag & 0xC
+            cq = self._last
+            if tx == 4 or tx == 12 or cq is None or cq.queue_id != req.queue_id or cq.topic != req.topic:
+                qs = queues.get(req.topic)
+                cq = qs.get(req.queue_id) if qs is not None and tx != 4 and tx != 12 else None
+                if cq is None:  # a half, or a queue to create (or skip): the one-record path
+                    self.dispatch(req)
+                    continue
+                self._last = cq
+            self.last_dispatch_phys_end = req.phys_offset + req.size
+            cq.put(req.phys_offset, req.size, req.tags_code, req.queue_offset)
+            self.last_dispatch_timestamp = req.store_timestamp
+
     def dispatch(self, req: DispatchRequest) -> None:
         self.last_dispatch_phys_end = req.phys_offset + req.size
         tx = req.sys_flag & 0xC

@@ -42,29 +42,37 @@ class DispatchTarget(Protocol):
 class Dispatcher:
     """Fans each request out to registered targets in registration order (CQ first, then index, then listeners)."""
 
-    __slots__ = ("_targets",)
+    __slots__ = ("_targets", "_runs")
 
     def __init__(self) -> None:
         self._targets: list[Callable[[DispatchRequest], None]] = []
+        # each target's dispatch_many, while every target has one (else None)
+        self._runs: list[Callable[[list[DispatchRequest]], None]] | None = []
 
     def register(self, target: DispatchTarget | Callable[[DispatchRequest], None]) -> None:
         fn = target.dispatch if hasattr(target, "dispatch") else target
         self._targets.append(fn)  # type: ignore[arg-type]
+        many = getattr(target, "dispatch_many", None)
+        if self._runs is not None:
+            if many is None:
+                self._runs = None
+            else:
+                self._runs.append(many)
 
     def dispatch(self, req: DispatchRequest) -> None:
         for fn in self._targets:
             fn(req)
 
-    def dispatch_many(self, reqs: Iterable[DispatchRequest]) -> None:
-        """dispatch() of each request in turn (same calls, same order), without a Python call per request."""
-        targets = self._targets
-        if len(targets) == 3:  # the store's own wiring: CQ, index, listeners
-            first, second, third = targets
-            for req in reqs:
-                first(req)
-                second(req)
-                third(req)
+    def dispatch_many(self, reqs: list[DispatchRequest]) -> None:
+        """Every target's dispatch of every request: target by target, each taking the whole run in one call when
+        all of them can (a target sees the requests in order; one that fails stops the run, and the store undoes
+        the put as for a single record), else request by request."""
+        runs = self._runs
+        if runs is not None:
+            for many in runs:
+                many(reqs)
             return
+        targets = self._targets
         for req in reqs:
             for fn in targets:
                 fn(req)
@@ -117,6 +125,19 @@ class DispatchListeners:
                 fn(req)
             except Exception:  # a listener (long-poll notifier) must not break the write path
                 log.exception("dispatch listener failed")
+
+    def dispatch_many(self, reqs: list[DispatchRequest]) -> None:
+        """dispatch() of each request in turn."""
+        topics, gates, plain = self._topics, self._gates, self._plain
+        for req in reqs:
+            if req.topic in topics or any(gates):
+                self._filtered(req)
+                continue
+            for fn in plain:
+                try:
+                    fn(req)
+                except Exception:
+                    log.exception("dispatch listener failed")
 
     def _filtered(self, req: DispatchRequest) -> None:
         topic = req.topic

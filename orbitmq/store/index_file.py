@@ -459,6 +459,26 @@ class IndexService:
                     self._put(f"{req.topic}#{k}", phys, ts)
         self._dispatched_end = phys + req.size
 
+    def dispatch_many(self, reqs: list[DispatchRequest]) -> None:
+        """dispatch() of each request in turn; a record with a UNIQ_KEY and no KEYS (a plain send) inline."""
+        files = self._files
+        for req in reqs:
+            phys = req.phys_offset
+            f = files[-1] if files else None
+            if (req.keys or not req.uniq_key or req.sys_flag & 0xC == 12 or phys < self._dispatched_end
+                    or phys == self._skip_at or f is None or f.index_count >= f.index_num or f._tracked):
+                self.dispatch(req)
+                continue
+            ts = req.store_timestamp
+            n = f.index_count  # IndexFile.put_key, inlined
+            if n == 1:
+                f.begin_ts = ts
+                f.begin_phys = phys
+            prev = index_put_key(f.buf, f._entries_at, f.slot_num, n, req.topic, req.uniq_key, phys, ts, f.begin_ts,
+                                 f.begin_phys, f.slot_count)
+            f._entry_written(n, prev, phys, ts)
+            self._dispatched_end = phys + req.size
+
     def _put(self, key: str, phys_offset: int, store_timestamp: int) -> None:
         f = self._files[-1] if self._files else None
         if f is None or f.is_full:

@@ -187,9 +187,9 @@ def test_append_singles_keeps_a_run_in_one_segment() -> None:
 
 
 def test_append_singles_declined_mid_run_gives_back_the_queue_offsets() -> None:
-    """A header field out of its Java range in the third message (flag 2^31) is found only when its record is
-    encoded: the run is declined and the queue offsets the first two took are given back (the earlier records'
-    bytes stay past wrote_position, where the one-by-one puts overwrite them)."""
+    """A header field out of its Java range in the third message (flag 2^31): the run is declined with no queue
+    offset taken (the native loop checks the fields before the segment pick; a queue offset past int64, found while
+    writing, gives back what the run took: test_native_append_singles_equals_its_python_twin)."""
     cl = _big_log()
 
     def m(queue_id: int, flag: int = 0) -> MessageInner:

@@ -76,6 +76,7 @@ _PUT_CODES: dict[PutStatus, tuple[int, str | None]] = {
 _SUCCESS = int(ResponseCode.SUCCESS)
 _PUT_OK = PutStatus.PUT_OK
 _FRAME_PREFIX = struct.Struct(">iI")  # frame length after this word, serialize type 0 << 24 | header length
+_OK_TAIL = f'"serializeTypeCurrentRPC":"JSON","version":{CURRENT_VERSION}}}'  # the PUT_OK header's last fields
 _SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
 _decode_header = SendMessageRequestHeader.decode
 _new_command = object.__new__
@@ -343,7 +344,7 @@ class SendProcessor:
                         # _response's PUT_OK, encoded from its template (the same frame: test_send_group.py)
                         header = (f'{head}{result.msg_ids[0]}","queueId":"{queue_id}","queueOffset":'
                                   f'"{result.queue_offset}"}},"flag":1,"language":"JAVA","opaque":{req.opaque},'
-                                  f'"serializeTypeCurrentRPC":"JSON","version":{CURRENT_VERSION}}}').encode()
+                                  f'{_OK_TAIL}').encode()
                         out[i] = EncodedResponse(_SUCCESS, _FRAME_PREFIX.pack(4 + len(header), len(header)) + header)
                         counted.append((result, msgs[0]))
                     else:
