@@ -141,8 +141,13 @@ class Connection(asyncio.Protocol):
             many = self._many
             if many is not None and len(cmds) > 1 and not any(cmd.flag & 1 for cmd in cmds):
                 deliver = self._deliver
+                wbuf = self._wbuf
                 for cmd, result in zip(cmds, many(self, cmds), strict=True):
-                    deliver(cmd, result)
+                    if type(result) is EncodedResponse and not cmd.flag & FLAG_ONEWAY and not self.closed:
+                        wbuf.append(result.frame)  # send_frame, inline: the read's answers leave in one write below
+                        self._wbuf_size += len(result.frame)
+                    else:
+                        deliver(cmd, result)
             else:
                 for cmd in cmds:
                     if cmd.flag & 1:

@@ -7,6 +7,7 @@ import pytest
 import uvloop
 
 from orbitmq.protocol import FrameDecoder, RemotingCommand, encode_frame
+from orbitmq.protocol.frame import EncodedResponse
 from orbitmq.remoting import Connection, RemotingClient, RemotingServer
 
 
@@ -220,6 +221,8 @@ class _ManyHandler:
                 out.append(ValueError("request 2 failed"))
             elif c.opaque == 3:
                 out.append(None)  # nothing to send (a oneway's answer, a request answered later)
+            elif c.opaque == 5:  # an answer the handler encoded itself: written as is
+                out.append(EncodedResponse(0, encode_frame(c.response(0, "encoded 5"))))
             else:
                 out.append(c.response(0, f"many {c.opaque}"))
         return out
@@ -232,16 +235,22 @@ def test_the_requests_of_one_read_go_to_the_handlers_many_form_and_are_answered_
         tr = FakeTransport()
         conn.connection_made(tr)
         reqs = []
-        for i in (1, 2, 3, 4):
+        for i in (1, 2, 3, 4, 5):
             r = RemotingCommand.request(10, {})
             r.opaque = i
             reqs.append(r)
         conn.data_received(b"".join(encode_frame(r) for r in reqs))
-        assert handler.calls == [("many", [1, 2, 3, 4])]
+        assert handler.calls == [("many", [1, 2, 3, 4, 5])]
         assert len(tr.writes) == 1
         answers = frames_of(tr.writes)
-        assert [(a.opaque, a.code) for a in answers] == [(1, 0), (2, 1), (4, 0)]  # 2: SYSTEM_ERROR, 3: none
+        # 2: SYSTEM_ERROR, 3: none, 5: its own frame
+        assert [(a.opaque, a.code) for a in answers] == [(1, 0), (2, 1), (4, 0), (5, 0)]
         assert "request 2 failed" in (answers[1].remark or "")
+        assert answers[3].remark == "encoded 5"
+        oneway = RemotingCommand.request(10, {})
+        oneway.opaque, oneway.flag = 5, oneway.flag | 2
+        conn.data_received(encode_frame(reqs[0]) + encode_frame(oneway))  # an encoded answer to a oneway: dropped
+        assert [a.opaque for a in frames_of(tr.writes[1:])] == [1]
         conn.data_received(encode_frame(reqs[0]))  # one request in a read: the plain call
         assert handler.calls[-1] == ("one", [1])
         conn.abort()
