@@ -30,6 +30,7 @@
  *                   id_prefix)       model/record.py encode_run_into_py: a one-queue run of records, msg ids
  *   index_put_key(buf, entries_at, slot_num, n, topic, key, phys, store_ts, begin_ts, begin_phys, slot_count)
  *                                    store/index_file.py index_put_key_py: index_put of the key "topic#key"
+ *   new_slotted(cls, *values)        cls(*values) for a class whose __init__ only assigns its __slots__ in order
  *   append_singles(msgs, hosts, max_body, max_record, max_total, begin, table, schedule_topic, dispatch_cls,
  *                  result_cls, put_ok)
  *                                    store/commitlog.py append_singles_py: several single-message puts in one
@@ -351,6 +352,56 @@ static PyObject *slotted_new(slot_layout *lay, PyObject **v) {
 
 static PyObject *send_attrs[14]; /* indexed by letter - 'a' */
 static PyObject *str_tbw102, *int_four, *str_a, *str_b, *send_key_index;
+
+/* new_slotted(cls, *values) -> cls instance   (API 8)
+ * cls(*values) for a class whose __init__ only assigns its __slots__, in order (a slotted dataclass without
+ * defaults taken, EncodedResponse): the slots written directly. The layout of the last few classes is kept. */
+#define SLOTTED_CACHE 4
+static slot_layout slotted_cache[SLOTTED_CACHE];
+static int slotted_next;
+
+static slot_layout *layout_of_slots(PyObject *cls, Py_ssize_t nvalues) {
+    for (int i = 0; i < SLOTTED_CACHE; i++)
+        if (slotted_cache[i].cls == (PyTypeObject *)cls) return slotted_cache[i].n == nvalues ? &slotted_cache[i] : NULL;
+    if (!PyType_Check(cls)) return NULL;
+    PyObject *slots = PyObject_GetAttrString(cls, "__slots__");
+    if (slots == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    slot_layout *lay = NULL;
+    if (PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) == nvalues && nvalues <= 16) {
+        const char *names[16];
+        int ok = 1;
+        for (Py_ssize_t i = 0; i < nvalues && ok; i++) {
+            PyObject *name = PyTuple_GET_ITEM(slots, i);
+            ok = PyUnicode_Check(name) && (names[i] = PyUnicode_AsUTF8(name)) != NULL;
+        }
+        slot_layout fresh = {0};
+        if (ok && slot_layout_of(&fresh, cls, names, (int)nvalues) == 0) {
+            slot_layout *slot = &slotted_cache[slotted_next];
+            slotted_next = (slotted_next + 1) % SLOTTED_CACHE;
+            Py_XDECREF((PyObject *)slot->cls);
+            *slot = fresh; /* owns the class reference slot_layout_of took */
+            lay = slot;
+        }
+    }
+    Py_DECREF(slots);
+    PyErr_Clear();
+    return lay;
+}
+
+static PyObject *sp_new_slotted(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "new_slotted(cls, *values)");
+        return NULL;
+    }
+    slot_layout *lay = layout_of_slots(args[0], nargs - 1);
+    if (lay == NULL) return PyObject_Vectorcall(args[0], args + 1, (size_t)(nargs - 1), NULL); /* cls(*values) */
+    PyObject *v[16];
+    for (Py_ssize_t i = 1; i < nargs; i++) v[i - 1] = Py_NewRef(args[i]);
+    return slotted_new(lay, v);
+}
 
 static const char *const send_names[14] = {"producer_group", "topic", "default_topic", "default_topic_queue_nums",
                                            "queue_id", "sys_flag", "born_timestamp", "flag", "properties",
@@ -1782,6 +1833,8 @@ static PyMethodDef methods[] = {
      "Records of a one-queue run written back to back; returns their msg ids."},
     {"index_put_key", (PyCFunction)(void (*)(void))sp_index_put_key, METH_FASTCALL,
      "index_put of index_key_hash(topic + '#' + key); returns prev."},
+    {"new_slotted", (PyCFunction)(void (*)(void))sp_new_slotted, METH_FASTCALL,
+     "cls(*values) for a class whose __init__ only assigns its __slots__ in order: the slots set directly."},
     {"append_singles", (PyCFunction)(void (*)(void))sp_append_singles, METH_FASTCALL,
      "Several single-message puts written in one pass: (seg, start, end, results, requests), None or "
      "NotImplemented."},

@@ -359,3 +359,33 @@ def test_index_put_key_twins(topic, key, n, phys, times, slot_count, as_view) ->
     event(want[0])
     assert _outcome(native.index_put_key, targets[0], *args) == want
     assert bufs[0] == bufs[1]
+
+
+class _Plain:
+    """Not slotted: new_slotted falls back to calling it."""
+
+    def __init__(self, a: object, b: object) -> None:
+        self.a, self.b = a, b
+
+
+_values = st.one_of(st.integers(), st.text(max_size=5), st.binary(max_size=5), st.none(),
+                    st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_values, min_size=11, max_size=11), _values, _values)
+def test_new_slotted_equals_calling_the_class(fields: list[object], code: object, frame: object) -> None:
+    """new_slotted(cls, *values) builds what cls(*values) builds: a slotted dataclass with every field given, a
+    slotted class whose __init__ assigns its slots, a dataclass given fewer values (its defaults: the call) and a
+    class without slots (the call)."""
+    from orbitmq.protocol.frame import EncodedResponse
+    from orbitmq.store.results import MessageInner
+
+    assert native.new_slotted(MessageInner, *fields) == MessageInner(*fields)
+    got, want = native.new_slotted(EncodedResponse, code, frame), EncodedResponse(code, frame)  # type: ignore[arg-type]
+    assert (type(got), got.code, got.frame) == (type(want), want.code, want.frame)
+    assert native.new_slotted(MessageInner, *fields[:4]) == MessageInner(*fields[:4])  # type: ignore[arg-type]
+    plain = native.new_slotted(_Plain, code, frame)
+    assert (type(plain), plain.a, plain.b) == (_Plain, code, frame)
+    with pytest.raises(TypeError):
+        native.new_slotted(MessageInner, *fields, 1)  # one too many: what the call raises

@@ -84,6 +84,14 @@ _new_command = object.__new__
 _BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body crc, flag, body length
 _native = speedups()
 _split_batch_body = _native.split_batch_body if _native is not None else None
+
+
+def _new_slotted_py(cls: Any, *values: Any) -> Any:
+    """cls(*values): the twin of the native new_slotted (which sets the slots without calling __init__)."""
+    return cls(*values)
+
+
+_new_slotted = _native.new_slotted if _native is not None else _new_slotted_py
 _H = struct.Struct(">h")
 
 
@@ -345,7 +353,8 @@ class SendProcessor:
                         header = (f'{head}{result.msg_ids[0]}","queueId":"{queue_id}","queueOffset":'
                                   f'"{result.queue_offset}"}},"flag":1,"language":"JAVA","opaque":{req.opaque},'
                                   f'{_OK_TAIL}').encode()
-                        out[i] = EncodedResponse(_SUCCESS, _FRAME_PREFIX.pack(4 + len(header), len(header)) + header)
+                        out[i] = _new_slotted(EncodedResponse, _SUCCESS,
+                                              _FRAME_PREFIX.pack(4 + len(header), len(header)) + header)
                         counted.append((result, msgs[0]))
                     else:
                         out[i] = self._response(req, result, queue_id, msgs[0])
@@ -506,7 +515,7 @@ class SendProcessor:
         delay = props.get(Prop.DELAY)
         if delay is not None and transaction_type(sys_flag) in (0, SysFlag.TRANSACTION_COMMIT):
             topic, queue_id = self._schedule(topic, queue_id, delay, props)
-        msg = MessageInner(topic, queue_id, req.body or b"", props, h.flag, sys_flag, h.born_timestamp,
+        msg = _new_slotted(MessageInner, topic, queue_id, req.body or b"", props, h.flag, sys_flag, h.born_timestamp,
                            getattr(conn, "remote_addr", "127.0.0.1:0"), ctx.store_host, reconsume_times, 0)
         return [msg], resp_queue_id
 
