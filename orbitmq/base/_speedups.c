@@ -31,6 +31,10 @@
  *   index_put_key(buf, entries_at, slot_num, n, topic, key, phys, store_ts, begin_ts, begin_phys, slot_count)
  *                                    store/index_file.py index_put_key_py: index_put of the key "topic#key"
  *   new_slotted(cls, *values)        cls(*values) for a class whose __init__ only assigns its __slots__ in order
+ *   parse_json_header(data)          orjson.loads(data) for a JSON header of the plain shape, else None
+ *   decode_frames(data, max_frame_size, cls)
+ *                                    protocol/frame.py FrameDecoder._parse_view for the common JSON frames at the
+ *                                    start of a read: (commands, where the Python parser goes on)
  *   append_singles(msgs, hosts, max_body, max_record, max_total, begin, table, schedule_topic, dispatch_cls,
  *                  result_cls, put_ok)
  *                                    store/commitlog.py append_singles_py: several single-message puts in one
@@ -1809,6 +1813,400 @@ done:
     return ret;
 }
 
+/* ---- frames of a read (protocol/frame.py FrameDecoder) ----------------------------------------------------- */
+/* A JSON header parsed into the dict orjson.loads gives, for the plain shape only: one object whose values are
+ * strings, integers of at most 18 digits, true / false / null, or (one level down) objects of those. Anything else
+ * (floats, arrays, deeper objects, a string with a raw control character, a lone surrogate or invalid UTF-8, a
+ * syntax error) gives `unusual` and the caller hands the frame to orjson, which decides (and raises). */
+typedef struct {
+    const unsigned char *p, *end;
+    int unusual;
+} jscan;
+
+static void js_ws(jscan *s) {
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r')) s->p++;
+}
+
+static int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    c |= 0x20;
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+static PyObject *one_char_keys[128];
+static PyObject *known_keys[32]; /* NULL-terminated: the JSON header's keys and the V1 send header's */
+static PyObject *js_unescape(jscan *s, const unsigned char *start, const unsigned char *q, int key);
+
+/* The string at s->p (just past its opening quote). key: a dict key (interned). NULL with unusual set, or with
+ * an exception (memory). */
+static PyObject *js_string(jscan *s, int key) {
+    const unsigned char *start = s->p, *q = s->p;
+    int escaped = 0, ascii = 1;
+    while (q < s->end && *q != '"') {
+        if (*q < 0x20) goto unusual;
+        if (*q == '\\') {
+            escaped = 1;
+            if (++q >= s->end) goto unusual;
+        } else if (*q >= 0x80) {
+            ascii = 0;
+        }
+        q++;
+    }
+    if (q >= s->end) goto unusual;
+    s->p = q + 1;
+    PyObject *out;
+    if (!escaped) {
+        Py_ssize_t n = q - start;
+        if (key) {
+            if (n == 1 && start[0] < 128 && one_char_keys[start[0]] != NULL)
+                return Py_NewRef(one_char_keys[start[0]]);
+            for (int i = 0; known_keys[i] != NULL; i++) /* the header's own keys: no new string */
+                if (PyUnicode_GET_LENGTH(known_keys[i]) == n && memcmp(PyUnicode_DATA(known_keys[i]), start, (size_t)n) == 0)
+                    return Py_NewRef(known_keys[i]);
+        }
+        out = ascii ? PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, start, n)
+                    : PyUnicode_DecodeUTF8((const char *)start, n, "strict");
+    } else if (ascii && !key) { /* escapes in an ASCII string: written straight into the str when all ASCII */
+        out = PyUnicode_New(q - start, 127);
+        if (out == NULL) return NULL;
+        Py_UCS1 *d = PyUnicode_1BYTE_DATA(out);
+        Py_ssize_t n = 0;
+        const unsigned char *r = start;
+        while (r < q) {
+            if (*r != '\\') {
+                d[n++] = *r++;
+                continue;
+            }
+            unsigned char c = r[1];
+            int v = -1;
+            if (c == 'u' && q - r >= 6 && r[2] == '0' && r[3] == '0') {
+                int h2 = hexval(r[4]), h3 = hexval(r[5]);
+                if (h2 >= 0 && h3 >= 0 && h2 < 8) v = h2 << 4 | h3;
+                r += 6;
+            } else {
+                v = c == '"' ? '"' : c == '\\' ? '\\' : c == '/' ? '/' : c == 'b' ? '\b' : c == 'f' ? '\f'
+                    : c == 'n' ? '\n' : c == 'r' ? '\r' : c == 't' ? '\t' : -1;
+                r += 2;
+            }
+            if (v < 0) { /* a non-ASCII escape or a bad one: the general unescape below decides */
+                Py_DECREF(out);
+                out = NULL;
+                break;
+            }
+            d[n++] = (Py_UCS1)v;
+        }
+        if (out != NULL) {
+            if (n != q - start && PyUnicode_Resize(&out, n) < 0) return NULL;
+            return out;
+        }
+        return js_unescape(s, start, q, key);
+    } else {
+        return js_unescape(s, start, q, key);
+    }
+    if (out == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
+        PyErr_Clear();
+        goto unusual;
+    }
+    if (key) PyUnicode_InternInPlace(&out);
+    return out;
+unusual:
+    s->unusual = 1;
+    return NULL;
+}
+
+/* A string with escapes (start..q, the closing quote at q): unescaped into UTF-8, then decoded (which validates
+ * the raw UTF-8 parts too). */
+static PyObject *js_unescape(jscan *s, const unsigned char *start, const unsigned char *q, int key) {
+    PyObject *out;
+    {
+        char small[512];
+        small[0] = 0;
+        Py_ssize_t cap = q - start;
+        char *buf = cap <= (Py_ssize_t)sizeof small ? small : PyMem_Malloc((size_t)cap);
+        if (buf == NULL) return PyErr_NoMemory();
+        Py_ssize_t n = 0;
+        const unsigned char *r = start;
+        int bad = 0;
+        while (r < q && !bad) {
+            if (*r != '\\') {
+                buf[n++] = (char)*r++;
+                continue;
+            }
+            r++;
+            unsigned char c = *r++;
+            switch (c) {
+            case '"': buf[n++] = '"'; break;
+            case '\\': buf[n++] = '\\'; break;
+            case '/': buf[n++] = '/'; break;
+            case 'b': buf[n++] = '\b'; break;
+            case 'f': buf[n++] = '\f'; break;
+            case 'n': buf[n++] = '\n'; break;
+            case 'r': buf[n++] = '\r'; break;
+            case 't': buf[n++] = '\t'; break;
+            case 'u': {
+                if (q - r < 4) {
+                    bad = 1;
+                    break;
+                }
+                int h0 = hexval(r[0]), h1 = hexval(r[1]), h2 = hexval(r[2]), h3 = hexval(r[3]);
+                if (h0 < 0 || h1 < 0 || h2 < 0 || h3 < 0) {
+                    bad = 1;
+                    break;
+                }
+                uint32_t cp = (uint32_t)(h0 << 12 | h1 << 8 | h2 << 4 | h3);
+                r += 4;
+                if (cp >= 0xD800 && cp <= 0xDFFF) { /* surrogates: a pair becomes one code point */
+                    if (cp >= 0xDC00 || q - r < 6 || r[0] != '\\' || r[1] != 'u') {
+                        bad = 1;
+                        break;
+                    }
+                    int l0 = hexval(r[2]), l1 = hexval(r[3]), l2 = hexval(r[4]), l3 = hexval(r[5]);
+                    if (l0 < 0 || l1 < 0 || l2 < 0 || l3 < 0) {
+                        bad = 1;
+                        break;
+                    }
+                    uint32_t lo = (uint32_t)(l0 << 12 | l1 << 8 | l2 << 4 | l3);
+                    if (lo < 0xDC00 || lo > 0xDFFF) {
+                        bad = 1;
+                        break;
+                    }
+                    r += 6;
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                }
+                /* UTF-8 of cp (never longer than the 6 or 12 escape bytes it replaces) */
+                if (cp < 0x80) {
+                    buf[n++] = (char)cp;
+                } else if (cp < 0x800) {
+                    buf[n++] = (char)(0xC0 | cp >> 6);
+                    buf[n++] = (char)(0x80 | (cp & 0x3F));
+                } else if (cp < 0x10000) {
+                    buf[n++] = (char)(0xE0 | cp >> 12);
+                    buf[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                    buf[n++] = (char)(0x80 | (cp & 0x3F));
+                } else {
+                    buf[n++] = (char)(0xF0 | cp >> 18);
+                    buf[n++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+                    buf[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                    buf[n++] = (char)(0x80 | (cp & 0x3F));
+                }
+                break;
+            }
+            default:
+                bad = 1;
+            }
+        }
+        out = bad ? NULL : PyUnicode_DecodeUTF8(buf, n, "strict");
+        if (buf != small) PyMem_Free(buf);
+        if (bad) goto unusual;
+    }
+    if (out == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
+        PyErr_Clear();
+        goto unusual;
+    }
+    if (key) PyUnicode_InternInPlace(&out);
+    return out;
+unusual:
+    s->unusual = 1;
+    return NULL;
+}
+
+static PyObject *js_value(jscan *s, int depth);
+
+static PyObject *js_object(jscan *s, int depth) { /* s->p just past '{' */
+    PyObject *d = PyDict_New();
+    if (d == NULL) return NULL;
+    js_ws(s);
+    if (s->p < s->end && *s->p == '}') {
+        s->p++;
+        return d;
+    }
+    for (;;) {
+        js_ws(s);
+        if (s->p >= s->end || *s->p != '"') goto unusual;
+        s->p++;
+        PyObject *k = js_string(s, 1);
+        if (k == NULL) goto fail;
+        js_ws(s);
+        if (s->p >= s->end || *s->p != ':') {
+            Py_DECREF(k);
+            goto unusual;
+        }
+        s->p++;
+        js_ws(s);
+        PyObject *v = js_value(s, depth);
+        if (v == NULL) {
+            Py_DECREF(k);
+            goto fail;
+        }
+        int rc = PyDict_SetItem(d, k, v);
+        Py_DECREF(k);
+        Py_DECREF(v);
+        if (rc < 0) goto fail;
+        js_ws(s);
+        if (s->p < s->end && *s->p == ',') {
+            s->p++;
+            continue;
+        }
+        if (s->p < s->end && *s->p == '}') {
+            s->p++;
+            return d;
+        }
+        goto unusual;
+    }
+unusual:
+    s->unusual = 1;
+fail:
+    Py_DECREF(d);
+    return NULL;
+}
+
+static PyObject *js_value(jscan *s, int depth) {
+    if (s->p >= s->end) goto unusual;
+    unsigned char c = *s->p;
+    if (c == '"') {
+        s->p++;
+        return js_string(s, 0);
+    }
+    if (c == '{') {
+        if (depth > 0) goto unusual;
+        s->p++;
+        return js_object(s, depth + 1);
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        const unsigned char *q = s->p;
+        int neg = *q == '-';
+        if (neg) q++;
+        const unsigned char *digits = q;
+        int64_t v = 0;
+        while (q < s->end && *q >= '0' && *q <= '9') v = v * 10 + (*q++ - '0');
+        Py_ssize_t nd = q - digits;
+        if (nd == 0 || nd > 18 || (nd > 1 && digits[0] == '0')) goto unusual;
+        if (q < s->end && (*q == '.' || *q == 'e' || *q == 'E')) goto unusual;
+        s->p = q;
+        return PyLong_FromLongLong(neg ? -v : v);
+    }
+    if (s->end - s->p >= 4 && memcmp(s->p, "true", 4) == 0) {
+        s->p += 4;
+        Py_RETURN_TRUE;
+    }
+    if (s->end - s->p >= 5 && memcmp(s->p, "false", 5) == 0) {
+        s->p += 5;
+        Py_RETURN_FALSE;
+    }
+    if (s->end - s->p >= 4 && memcmp(s->p, "null", 4) == 0) {
+        s->p += 4;
+        Py_RETURN_NONE;
+    }
+unusual:
+    s->unusual = 1;
+    return NULL;
+}
+
+/* parse_json_header(data) -> dict | None: the dict orjson.loads(data) gives, or None when the header is not of
+ * the plain shape (orjson decides).   (API 8) */
+static PyObject *parse_header(const unsigned char *p, Py_ssize_t n) {
+    jscan s = {p, p + n, 0};
+    js_ws(&s);
+    if (s.p >= s.end || *s.p != '{') Py_RETURN_NONE;
+    s.p++;
+    PyObject *d = js_object(&s, 0);
+    if (d == NULL) {
+        if (!s.unusual) return NULL;
+        Py_RETURN_NONE;
+    }
+    js_ws(&s);
+    if (s.p != s.end) {
+        Py_DECREF(d);
+        Py_RETURN_NONE;
+    }
+    return d;
+}
+
+static PyObject *sp_parse_json_header(PyObject *self, PyObject *arg) {
+    Py_buffer v;
+    if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *d = parse_header((const unsigned char *)v.buf, v.len);
+    PyBuffer_Release(&v);
+    return d;
+}
+
+/* decode_frames(data, max_frame_size, cls) -> (commands, pos)   (API 8)
+ * protocol/frame.py FrameDecoder._parse_view for the frames it takes whole: from the start of `data` (bytes), every
+ * complete frame of serialize type 0 whose header parse_json_header and command_from_header take becomes
+ * cls(...) with its body (bytes, None when empty); it stops at the first frame it does not take (incomplete, a
+ * prefix the Python parser refuses, another serialize type, an unusual header) and returns where that frame
+ * starts: the Python parser goes on from there (and raises what it raises). */
+static PyObject *sp_decode_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "decode_frames(data, max_frame_size, cls)");
+        return NULL;
+    }
+    int64_t max_size;
+    if (as_i64(args[1], &max_size) < 0) return NULL;
+    Py_buffer view; /* everything is copied out of it: a bytearray may be resized afterwards */
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len, pos = 0;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    while (end - pos >= 8) {
+        int64_t length = (int32_t)get32(b + pos);
+        uint32_t word = get32(b + pos + 4);
+        if (length < 4 || length + 4 > max_size) break;
+        Py_ssize_t frame_end = pos + 4 + (Py_ssize_t)length;
+        if (frame_end > end) break;
+        int64_t hlen = word & 0xFFFFFF;
+        if ((word >> 24) != 0 || hlen > length - 4) break;
+        Py_ssize_t hstart = pos + 8, bstart = hstart + (Py_ssize_t)hlen;
+        PyObject *d = parse_header(b + hstart, (Py_ssize_t)hlen);
+        if (d == NULL) goto error;
+        if (d == Py_None) {
+            Py_DECREF(d);
+            break;
+        }
+        PyObject *body = bstart < frame_end
+                             ? PyBytes_FromStringAndSize((const char *)b + bstart, frame_end - bstart)
+                             : Py_NewRef(Py_None);
+        if (body == NULL) {
+            Py_DECREF(d);
+            goto error;
+        }
+        PyObject *call[3] = {args[2], d, body};
+        PyObject *cmd = sp_command_from_header(NULL, call, 3);
+        Py_DECREF(d);
+        Py_DECREF(body);
+        if (cmd == NULL) goto error;
+        if (cmd == Py_None) {
+            Py_DECREF(cmd);
+            break;
+        }
+        int rc = PyList_Append(out, cmd);
+        Py_DECREF(cmd);
+        if (rc < 0) goto error;
+        pos = frame_end;
+    }
+    PyBuffer_Release(&view);
+    PyObject *p = PyLong_FromSsize_t(pos);
+    if (p == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    PyObject *ret = PyTuple_Pack(2, out, p);
+    Py_DECREF(out);
+    Py_DECREF(p);
+    return ret;
+error:
+    PyBuffer_Release(&view);
+    Py_DECREF(out);
+    return NULL;
+}
+
+
 static PyMethodDef methods[] = {
     {"crc32", sp_crc32, METH_O, "zlib.crc32(data) (unsigned)."},
     {"java_hash", sp_java_hash, METH_O, "Java String.hashCode over UTF-16 code units, signed 32-bit."},
@@ -1833,6 +2231,10 @@ static PyMethodDef methods[] = {
      "Records of a one-queue run written back to back; returns their msg ids."},
     {"index_put_key", (PyCFunction)(void (*)(void))sp_index_put_key, METH_FASTCALL,
      "index_put of index_key_hash(topic + '#' + key); returns prev."},
+    {"parse_json_header", sp_parse_json_header, METH_O,
+     "The dict orjson.loads gives for a JSON header of the plain shape, else None."},
+    {"decode_frames", (PyCFunction)(void (*)(void))sp_decode_frames, METH_FASTCALL,
+     "The complete common JSON frames at the start of a read: (commands, where the rest starts)."},
     {"new_slotted", (PyCFunction)(void (*)(void))sp_new_slotted, METH_FASTCALL,
      "cls(*values) for a class whose __init__ only assigns its __slots__ in order: the slots set directly."},
     {"append_singles", (PyCFunction)(void (*)(void))sp_append_singles, METH_FASTCALL,
@@ -1870,6 +2272,17 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     str_keys = PyUnicode_InternFromString("KEYS");
     str_uniq_key = PyUnicode_InternFromString("UNIQ_KEY");
     int_one = PyLong_FromLong(1);
+    static const char *const known[] = {"code", "extFields", "flag", "language", "opaque", "remark",
+                                        "serializeTypeCurrentRPC", "version", "producerGroup", "topic",
+                                        "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+                                        "bornTimestamp", "properties", "reconsumeTimes", "unitMode", "batch",
+                                        "maxReconsumeTimes", NULL};
+    for (int i = 0; known[i] != NULL; i++)
+        if ((known_keys[i] = PyUnicode_InternFromString(known[i])) == NULL) return NULL;
+    for (int c = 'a'; c <= 'z'; c++) { /* the V2 send header's one-letter keys, interned once */
+        char k[2] = {(char)c, 0};
+        if ((one_char_keys[c] = PyUnicode_InternFromString(k)) == NULL) return NULL;
+    }
     if (!str_topic || !str_queue_id || !str_born_host || !str_store_host || !str_properties || !str_tags ||
         !str_keys || !str_uniq_key || !int_one)
         return NULL;

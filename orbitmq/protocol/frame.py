@@ -169,6 +169,10 @@ class FrameDecoder:
         end = len(src)
         pos = 0
         max_size = self.max_frame_size
+        if _decode_frames is not None:  # the common JSON frames in one native call; the loop below takes the rest
+            cmds, pos = _decode_frames(mv, max_size, RemotingCommand)
+            if cmds:
+                out.extend(cmds)
         unpack_prefix = _PREFIX.unpack_from
         while end - pos >= 4:
             if end - pos >= 8:
@@ -192,11 +196,14 @@ class FrameDecoder:
             body = mv[bstart:frame_end] if bstart < frame_end else None
             if body is not None and type(body) is not bytes:
                 body = bytes(body)
+            header = mv[hstart:bstart]
+            if type(header) is not bytes:  # no view of the buffer may outlive this call: an error's traceback
+                header = bytes(header)  # would hold it, and the buffer could not be cleared (BufferError)
             try:
                 if stype == 0:
-                    out.append(decode_json_header(mv[hstart:bstart], body))
+                    out.append(decode_json_header(header, body))
                 else:
-                    out.append(decode_frame_content(stype, mv[hstart:bstart], body))
+                    out.append(decode_frame_content(stype, header, body))
             except ProtocolError:
                 raise
             except Exception as e:  # any decoder surprise is a malformed frame
@@ -207,4 +214,6 @@ class FrameDecoder:
 
 _native = speedups()
 _encode_json_frame = _native.encode_json_frame if _native is not None else None
+# the Python twin is the loop of FrameDecoder._parse_view itself (orjson + command_from_header per frame)
+_decode_frames = _native.decode_frames if _native is not None else None
 encode_json_frame = _encode_json_frame  # (cmd) -> frame bytes | None; None without the extension
