@@ -103,36 +103,47 @@ static PyObject *sp_crc32(PyObject *self, PyObject *arg) {
 }
 
 /* ---- Java String.hashCode ---------------------------------------------------------------------------- */
+/* Java String.hashCode of str s over its UTF-16 code units; *ok = 0 for a lone surrogate (no UTF-16 form). */
+static uint32_t java_hash_units(PyObject *s, int *ok) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    uint32_t h = 0;
+    *ok = 1;
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *u = (const Py_UCS1 *)data;
+        for (Py_ssize_t i = 0; i < n; i++) h = 31u * h + u[i];
+        return h;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 0xD800 && c <= 0xDFFF) {
+            *ok = 0;
+            return 0;
+        }
+        if (c >= 0x10000) {
+            c -= 0x10000;
+            h = 31u * h + (0xD800u + (c >> 10));
+            h = 31u * h + (0xDC00u + (c & 0x3FF));
+        } else {
+            h = 31u * h + c;
+        }
+    }
+    return h;
+}
+
 static PyObject *sp_java_hash(PyObject *self, PyObject *s) {
     if (!PyUnicode_Check(s)) {
         PyErr_Format(PyExc_TypeError, "java_hash() argument must be str, not %.100s", Py_TYPE(s)->tp_name);
         return NULL;
     }
-    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
-    int kind = PyUnicode_KIND(s);
-    const void *data = PyUnicode_DATA(s);
-    uint32_t h = 0;
-    if (kind == PyUnicode_1BYTE_KIND) {
-        const Py_UCS1 *u = (const Py_UCS1 *)data;
-        for (Py_ssize_t i = 0; i < n; i++) h = 31u * h + u[i];
-    } else {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            Py_UCS4 c = PyUnicode_READ(kind, data, i);
-            if (c >= 0xD800 && c <= 0xDFFF) {
-                /* a lone surrogate has no UTF-16 form: raise what the Python twin's encode raises */
-                PyObject *r = PyUnicode_AsEncodedString(s, "utf-16-be", "strict");
-                Py_XDECREF(r);
-                if (r != NULL) PyErr_SetString(PyExc_ValueError, "lone surrogate");
-                return NULL;
-            }
-            if (c >= 0x10000) {
-                c -= 0x10000;
-                h = 31u * h + (0xD800u + (c >> 10));
-                h = 31u * h + (0xDC00u + (c & 0x3FF));
-            } else {
-                h = 31u * h + c;
-            }
-        }
+    int ok;
+    uint32_t h = java_hash_units(s, &ok);
+    if (!ok) { /* a lone surrogate has no UTF-16 form: raise what the Python twin's encode raises */
+        PyObject *r = PyUnicode_AsEncodedString(s, "utf-16-be", "strict");
+        Py_XDECREF(r);
+        if (r != NULL) PyErr_SetString(PyExc_ValueError, "lone surrogate");
+        return NULL;
     }
     return PyLong_FromLong((long)(int32_t)h);
 }
@@ -643,6 +654,46 @@ static int as_i64(PyObject *o, int64_t *out) {
 #define STOREHOST_V6 0x20
 #define MAGIC_V1 ((uint32_t)0xDAA320A7u)
 
+/* One V1 stored record (model/record.py's layout) written at p: `total` bytes, sys_flag with its host bits set. */
+typedef struct {
+    const void *p;
+    Py_ssize_t n;
+} span;
+
+static void write_record(unsigned char *p, uint32_t total, uint32_t crc, int32_t queue_id, int32_t flag,
+                         int64_t queue_offset, int64_t phys, int32_t sys_flag, int64_t born_ts, span born,
+                         int64_t store_ts, span store, int32_t reconsume, int64_t prepared, span body, span topic,
+                         span props) {
+    put32(p, total);
+    put32(p + 4, MAGIC_V1);
+    put32(p + 8, crc);
+    put32(p + 12, (uint32_t)queue_id);
+    put32(p + 16, (uint32_t)flag);
+    put64(p + 20, (uint64_t)queue_offset);
+    put64(p + 28, (uint64_t)phys);
+    put32(p + 36, (uint32_t)sys_flag);
+    put64(p + 40, (uint64_t)born_ts);
+    p += 48;
+    memcpy(p, born.p, (size_t)born.n);
+    p += born.n;
+    put64(p, (uint64_t)store_ts);
+    p += 8;
+    memcpy(p, store.p, (size_t)store.n);
+    p += store.n;
+    put32(p, (uint32_t)reconsume);
+    put64(p + 4, (uint64_t)prepared);
+    put32(p + 12, (uint32_t)body.n);
+    p += 16;
+    memcpy(p, body.p, (size_t)body.n);
+    p += body.n;
+    *p++ = (unsigned char)topic.n;
+    memcpy(p, topic.p, (size_t)topic.n);
+    p += topic.n;
+    p[0] = (unsigned char)(props.n >> 8);
+    p[1] = (unsigned char)props.n;
+    memcpy(p + 2, props.p, (size_t)props.n);
+}
+
 /* encode_record_into(buf, pos, topic, body, properties, queue_id, flag, sys_flag, born_timestamp, born_host,
  *                    store_host, reconsume_times, prepared_transaction_offset, queue_offset, phys_offset,
  *                    store_timestamp, crc) -> record size */
@@ -695,35 +746,9 @@ static PyObject *sp_encode_record_into(PyObject *self, PyObject *const *args, Py
     uint32_t crc = args[16] == Py_None
                        ? crc32_update(0, (const unsigned char *)body.buf, (size_t)body.len) & 0x7FFFFFFFu
                        : (uint32_t)crc_arg;
-    unsigned char *p = (unsigned char *)out.buf + pos;
-    put32(p, (uint32_t)total);
-    put32(p + 4, MAGIC_V1);
-    put32(p + 8, crc);
-    put32(p + 12, (uint32_t)queue_id);
-    put32(p + 16, (uint32_t)flag);
-    put64(p + 20, (uint64_t)queue_offset);
-    put64(p + 28, (uint64_t)phys_offset);
-    put32(p + 36, (uint32_t)sys_flag);
-    put64(p + 40, (uint64_t)born_ts);
-    p += 48;
-    memcpy(p, born.buf, (size_t)born.len);
-    p += born.len;
-    put64(p, (uint64_t)store_ts);
-    p += 8;
-    memcpy(p, store.buf, (size_t)store.len);
-    p += store.len;
-    put32(p, (uint32_t)reconsume);
-    put64(p + 4, (uint64_t)prepared);
-    put32(p + 12, (uint32_t)body.len);
-    p += 16;
-    memcpy(p, body.buf, (size_t)body.len);
-    p += body.len;
-    *p++ = (unsigned char)topic.len;
-    memcpy(p, topic.buf, (size_t)topic.len);
-    p += topic.len;
-    p[0] = (unsigned char)(props.len >> 8);
-    p[1] = (unsigned char)props.len;
-    memcpy(p + 2, props.buf, (size_t)props.len);
+    write_record((unsigned char *)out.buf + pos, (uint32_t)total, crc, queue_id, flag, queue_offset, phys_offset,
+                 sys_flag, born_ts, (span){born.buf, born.len}, store_ts, (span){store.buf, store.len}, reconsume,
+                 prepared, (span){body.buf, body.len}, (span){topic.buf, topic.len}, (span){props.buf, props.len});
     result = PyLong_FromSsize_t(total);
 done:
     if (out.obj) PyBuffer_Release(&out);
@@ -1499,33 +1524,6 @@ static int as_i64_plain(PyObject *o, int64_t *out) {
     return 0;
 }
 
-static uint32_t java_hash_latin1_or(PyObject *s, int *ok) {
-    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
-    int kind = PyUnicode_KIND(s);
-    const void *data = PyUnicode_DATA(s);
-    uint32_t h = 0;
-    *ok = 1;
-    if (kind == PyUnicode_1BYTE_KIND) {
-        const Py_UCS1 *u = (const Py_UCS1 *)data;
-        for (Py_ssize_t i = 0; i < n; i++) h = 31u * h + u[i];
-        return h;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c >= 0xD800 && c <= 0xDFFF) {
-            *ok = 0;
-            return 0;
-        }
-        if (c >= 0x10000) {
-            c -= 0x10000;
-            h = 31u * h + (0xD800u + (c >> 10));
-            h = 31u * h + (0xDC00u + (c & 0x3FF));
-        } else {
-            h = 31u * h + c;
-        }
-    }
-    return h;
-}
 
 /* append_singles(msgs, hosts, max_body, max_record, max_total, begin, table, schedule_topic, dispatch_cls,
  *                result_cls, put_ok) -> (seg, start, end, results, requests) | None | NotImplemented   (API 8)
@@ -1689,36 +1687,12 @@ static PyObject *sp_append_singles(PyObject *self, PyObject *const *args, Py_ssi
         if (born_len == 20) flag_bits |= BORNHOST_V6;
         if (store_len == 20) flag_bits |= STOREHOST_V6;
         int64_t phys = base + pos;
-        unsigned char *r = (unsigned char *)out.buf + pos;
         const unsigned char *body = (const unsigned char *)PyBytes_AS_STRING(p->body);
-        put32(r, (uint32_t)p->size);
-        put32(r + 4, MAGIC_V1);
-        put32(r + 8, crc32_update(0, body, (size_t)body_len) & 0x7FFFFFFFu);
-        put32(r + 12, (uint32_t)queue_id);
-        put32(r + 16, (uint32_t)flag);
-        put64(r + 20, (uint64_t)queue_offset);
-        put64(r + 28, (uint64_t)phys);
-        put32(r + 36, (uint32_t)flag_bits);
-        put64(r + 40, (uint64_t)born_ts);
-        r += 48;
-        memcpy(r, PyBytes_AS_STRING(p->born), (size_t)born_len);
-        r += born_len;
-        put64(r, (uint64_t)store_ts);
-        r += 8;
-        memcpy(r, PyBytes_AS_STRING(p->store), (size_t)store_len);
-        r += store_len;
-        put32(r, (uint32_t)reconsume);
-        put64(r + 4, (uint64_t)prepared);
-        put32(r + 12, (uint32_t)body_len);
-        r += 16;
-        memcpy(r, body, (size_t)body_len);
-        r += body_len;
-        *r++ = (unsigned char)topic_len;
-        memcpy(r, topic_b, (size_t)topic_len);
-        r += topic_len;
-        r[0] = (unsigned char)(props_len >> 8);
-        r[1] = (unsigned char)props_len;
-        memcpy(r + 2, PyBytes_AS_STRING(p->props_b), (size_t)props_len);
+        write_record((unsigned char *)out.buf + pos, (uint32_t)p->size,
+                     crc32_update(0, body, (size_t)body_len) & 0x7FFFFFFFu, queue_id, flag, queue_offset, phys,
+                     flag_bits, born_ts, (span){PyBytes_AS_STRING(p->born), born_len}, store_ts,
+                     (span){PyBytes_AS_STRING(p->store), store_len}, reconsume, prepared, (span){body, body_len},
+                     (span){topic_b, topic_len}, (span){PyBytes_AS_STRING(p->props_b), props_len});
         /* the queue offset taken (given back on a later refusal) */
         undo_keys[taken] = key; /* owns the key */
         undo_prior[taken] = Py_XNewRef(prior);
@@ -1735,7 +1709,7 @@ static PyObject *sp_append_singles(PyObject *self, PyObject *const *args, Py_ssi
         int64_t tags_code = 0;
         if (tags != NULL && PyUnicode_GET_LENGTH(tags) > 0) {
             int ok;
-            tags_code = (int32_t)java_hash_latin1_or(tags, &ok);
+            tags_code = (int32_t)java_hash_units(tags, &ok);
             if (!ok) { /* unreachable: the properties were UTF-8 encoded above */
                 PyErr_SetString(PyExc_ValueError, "lone surrogate");
             }
@@ -1833,9 +1807,27 @@ static int hexval(unsigned char c) {
     return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
+/* Four hex digits -> their value, -1 if one is not a hex digit. */
+static int hex4(const unsigned char *p) {
+    int a = hexval(p[0]), b = hexval(p[1]), c = hexval(p[2]), d = hexval(p[3]);
+    return (a | b | c | d) < 0 ? -1 : a << 12 | b << 8 | c << 4 | d;
+}
+
 static PyObject *one_char_keys[128];
 static PyObject *known_keys[32]; /* NULL-terminated: the JSON header's keys and the V1 send header's */
 static PyObject *js_unescape(jscan *s, const unsigned char *start, const unsigned char *q, int key);
+
+/* A decoded string: interned when it is a key; invalid UTF-8 (NULL with UnicodeDecodeError) is unusual. */
+static PyObject *js_done(jscan *s, PyObject *out, int key) {
+    if (out == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
+        PyErr_Clear();
+        s->unusual = 1;
+        return NULL;
+    }
+    if (key) PyUnicode_InternInPlace(&out);
+    return out;
+}
 
 /* The string at s->p (just past its opening quote). key: a dict key (interned). NULL with unusual set, or with
  * an exception (memory). */
@@ -1903,13 +1895,7 @@ static PyObject *js_string(jscan *s, int key) {
     } else {
         return js_unescape(s, start, q, key);
     }
-    if (out == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
-        PyErr_Clear();
-        goto unusual;
-    }
-    if (key) PyUnicode_InternInPlace(&out);
-    return out;
+    return js_done(s, out, key);
 unusual:
     s->unusual = 1;
     return NULL;
@@ -1945,34 +1931,21 @@ static PyObject *js_unescape(jscan *s, const unsigned char *start, const unsigne
             case 'r': buf[n++] = '\r'; break;
             case 't': buf[n++] = '\t'; break;
             case 'u': {
-                if (q - r < 4) {
+                int hi = q - r >= 4 ? hex4(r) : -1;
+                if (hi < 0) {
                     bad = 1;
                     break;
                 }
-                int h0 = hexval(r[0]), h1 = hexval(r[1]), h2 = hexval(r[2]), h3 = hexval(r[3]);
-                if (h0 < 0 || h1 < 0 || h2 < 0 || h3 < 0) {
-                    bad = 1;
-                    break;
-                }
-                uint32_t cp = (uint32_t)(h0 << 12 | h1 << 8 | h2 << 4 | h3);
+                uint32_t cp = (uint32_t)hi;
                 r += 4;
                 if (cp >= 0xD800 && cp <= 0xDFFF) { /* surrogates: a pair becomes one code point */
-                    if (cp >= 0xDC00 || q - r < 6 || r[0] != '\\' || r[1] != 'u') {
-                        bad = 1;
-                        break;
-                    }
-                    int l0 = hexval(r[2]), l1 = hexval(r[3]), l2 = hexval(r[4]), l3 = hexval(r[5]);
-                    if (l0 < 0 || l1 < 0 || l2 < 0 || l3 < 0) {
-                        bad = 1;
-                        break;
-                    }
-                    uint32_t lo = (uint32_t)(l0 << 12 | l1 << 8 | l2 << 4 | l3);
+                    int lo = cp < 0xDC00 && q - r >= 6 && r[0] == '\\' && r[1] == 'u' ? hex4(r + 2) : -1;
                     if (lo < 0xDC00 || lo > 0xDFFF) {
                         bad = 1;
                         break;
                     }
                     r += 6;
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)lo - 0xDC00);
                 }
                 /* UTF-8 of cp (never longer than the 6 or 12 escape bytes it replaces) */
                 if (cp < 0x80) {
@@ -2000,13 +1973,7 @@ static PyObject *js_unescape(jscan *s, const unsigned char *start, const unsigne
         if (buf != small) PyMem_Free(buf);
         if (bad) goto unusual;
     }
-    if (out == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
-        PyErr_Clear();
-        goto unusual;
-    }
-    if (key) PyUnicode_InternInPlace(&out);
-    return out;
+    return js_done(s, out, key);
 unusual:
     s->unusual = 1;
     return NULL;

@@ -57,6 +57,22 @@ class SendHook(Protocol):
     def after_put(self, conn: Any, req: Any, msgs: list[Any], result: Any) -> None: ...
 
 
+def after_put_each(after_put: Callable[..., None], conn: Any, items: list[tuple[Any, list[Any], Any]],
+                   failed: list[BaseException | None] | None = None) -> list[BaseException | None] | None:
+    """after_put(conn, req, msgs, result) of each item in turn, except those `failed` already marks; returns
+    `failed` with the exception each call raised (None when nothing failed)."""
+    for k, (req, msgs, result) in enumerate(items):
+        if failed is not None and failed[k] is not None:
+            continue
+        try:
+            after_put(conn, req, msgs, result)
+        except Exception as e:
+            if failed is None:
+                failed = [None] * len(items)
+            failed[k] = e
+    return failed
+
+
 def _same_id(broker_id: int) -> int:
     return broker_id
 

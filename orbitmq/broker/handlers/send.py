@@ -15,7 +15,7 @@ from typing import Any
 
 from orbitmq.base.clock import now_ms
 from orbitmq.base.native import speedups
-from orbitmq.broker.context import BrokerContext, _open_fence
+from orbitmq.broker.context import BrokerContext, _open_fence, after_put_each
 from orbitmq.broker.metadata.topics import (
     OFFSET_MOVED_EVENT,
     SCHEDULE_TOPIC,
@@ -395,15 +395,7 @@ class SendProcessor:
                     it = iter(got)
                     failed = [f if f is not None else next(it) for f in failed]
                 continue
-            for k, (req, msgs, result) in enumerate(items):
-                if failed is not None and failed[k] is not None:
-                    continue
-                try:
-                    after(conn, req, msgs, result)
-                except Exception as e:
-                    if failed is None:
-                        failed = [None] * len(items)
-                    failed[k] = e
+            failed = after_put_each(after, conn, items, failed)
         return failed
 
     def _answer_flushed(self, conn: Any, req: RemotingCommand, msgs: list[MessageInner], queue_id: int,

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from orbitmq.base.errors import OrbitMQError
-from orbitmq.broker.context import BrokerContext
+from orbitmq.broker.context import BrokerContext, after_put_each
 from orbitmq.broker.services import ServiceEnv
 from orbitmq.broker.services.dedup_journal import DedupJournal
 from orbitmq.model.msg_id import offset_msg_id_from_host
@@ -240,19 +240,6 @@ def _dedupable(topic: str, props: dict[str, str], reconsume_times: int) -> bool:
     return real is None or not real.startswith(_SKIP_PREFIXES)
 
 
-def _each(after_put: Any, conn: Any, items: list[tuple[Any, list[Any], Any]]) -> list[BaseException | None] | None:
-    """after_put of every item in turn; None, or per item the exception it raised."""
-    errors: list[BaseException | None] | None = None
-    for k, (req, msgs, result) in enumerate(items):
-        try:
-            after_put(conn, req, msgs, result)
-        except Exception as e:
-            if errors is None:
-                errors = [None] * len(items)
-            errors[k] = e
-    return errors
-
-
 def _response_queue_id(props: dict[str, str], queue_id: int) -> int:
     """The queue the producer asked for (delay / half messages are stored elsewhere with REAL_QID)."""
     real = props.get(Prop.REAL_QID)
@@ -443,7 +430,7 @@ class DedupService:
         and a key is never put twice in one run: the send handler stores a repeated UNIQ_KEY in a later run).
         Returns None, or per item the exception its after_put raised (the others are remembered)."""
         if self._appended:  # a put waiting for its flush is being settled: the general path, one by one
-            return _each(self.after_put, conn, items)
+            return after_put_each(self.after_put, conn, items)
         table = self.table
         entries = table.entries
         tail = table.tail
