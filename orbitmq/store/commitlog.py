@@ -213,10 +213,8 @@ class CommitLog:
             total += size
         if total + BLANK_SIZE > self.segments.segment_size:
             return None
-        seg, store_ts = self._begin_write(total)
-        buf = seg.buf
-        start_pos = pos = seg.wrote_position
-        base = seg.start_offset
+        seg, buf, start_pos, base, store_ts = self._begin_parts(total)
+        pos = start_pos
         table = self.topic_queue_table
         key = f"{topic_s}-{queue_id}"
         first_queue_offset = queue_offset = table.get(key, 0)
@@ -342,8 +340,8 @@ class CommitLog:
         return results, seg.start_offset + end, requests
 
     def _begin_parts(self, total: int) -> tuple[Segment, memoryview, int, int, int]:
-        """_begin_write for the native append_singles: the segment, its buffer, position and base, the store
-        timestamp."""
+        """_begin_write, unpacked for a run's writer (the native append_singles and the Python loops): the segment,
+        its buffer, write position and base offset, the store timestamp."""
         seg, store_ts = self._begin_write(total)
         return seg, seg.buf, seg.wrote_position, seg.start_offset, store_ts
 
@@ -382,10 +380,8 @@ class CommitLog:
             total += size
         if not parts or total + BLANK_SIZE > self.segments.segment_size:
             return None
-        seg, store_ts = self._begin_write(total)
-        buf = seg.buf
-        start_pos = pos = seg.wrote_position
-        base = seg.start_offset
+        seg, buf, start_pos, base, store_ts = self._begin_parts(total)
+        pos = start_pos
         table = self.topic_queue_table
         delay_levels = self.config.message_delay_level
         results: list[PutResult] = []

@@ -8,7 +8,7 @@ Derived stores never reach back into the CommitLog: they receive requests only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -117,17 +117,11 @@ class DispatchListeners:
         return len(self._entries)
 
     def dispatch(self, req: DispatchRequest) -> None:
-        if req.topic in self._topics or any(self._gates):
-            self._filtered(req)
-            return
-        for fn in self._plain:  # no filtered listener wants this record: the unfiltered ones, in order
-            try:
-                fn(req)
-            except Exception:  # a listener (long-poll notifier) must not break the write path
-                log.exception("dispatch listener failed")
+        self.dispatch_many((req,))
 
-    def dispatch_many(self, reqs: list[DispatchRequest]) -> None:
-        """dispatch() of each request in turn."""
+    def dispatch_many(self, reqs: Sequence[DispatchRequest]) -> None:
+        """Each record in turn: the filtered path when some listener's filter may want it, else the unfiltered
+        listeners, each behind its own try."""
         topics, gates, plain = self._topics, self._gates, self._plain
         for req in reqs:
             if req.topic in topics or any(gates):
