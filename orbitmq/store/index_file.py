@@ -466,17 +466,10 @@ class IndexService:
             phys = req.phys_offset
             f = files[-1] if files else None
             if (req.keys or not req.uniq_key or req.sys_flag & 0xC == 12 or phys < self._dispatched_end
-                    or phys == self._skip_at or f is None or f.index_count >= f.index_num or f._tracked):
+                    or phys == self._skip_at or f is None or f.index_count >= f.index_num):
                 self.dispatch(req)
                 continue
-            ts = req.store_timestamp
-            n = f.index_count  # IndexFile.put_key, inlined
-            if n == 1:
-                f.begin_ts = ts
-                f.begin_phys = phys
-            prev = index_put_key(f.buf, f._entries_at, f.slot_num, n, req.topic, req.uniq_key, phys, ts, f.begin_ts,
-                                 f.begin_phys, f.slot_count)
-            f._entry_written(n, prev, phys, ts)
+            f.put_key(req.topic, req.uniq_key, phys, req.store_timestamp)
             self._dispatched_end = phys + req.size
 
     def _put(self, key: str, phys_offset: int, store_timestamp: int) -> None:
