@@ -315,7 +315,7 @@ class CommitLog:
         the records go into one segment: when the last one's room takes only some of them, it gets its filler and
         they all go into the next (as a batch does). None, with no queue offset taken and nothing marked written,
         when any message is not what _append_one accepts, they do not fit in one segment, or a header field is out
-        of its Java range (found while encoding, as _append_one finds it): the caller then puts them one by one.
+        of its Java range (checked before the segment pick): the caller then puts them one by one.
         The native loop (_speedups.append_singles) does it when built; it hands what it does not take (non-str
         properties, SCHEDULE_TOPIC records, ...) to the Python twin, append_singles_py, before taking anything."""
         if _append_singles_native is not None:
@@ -324,9 +324,9 @@ class CommitLog:
                 return done
         return self.append_singles_py(msgs)
 
-    def _native_singles(self, msgs: list[MessageInner]
-                        ) -> tuple[list[PutResult], int, list[DispatchRequest]] | None | Any:
-        """append_singles by the native loop: its answer, or NotImplemented (nothing taken) for the Python twin."""
+    def _native_singles(self, msgs: list[MessageInner]) -> Any:
+        """append_singles by the native loop: its answer (the tuple or None), or NotImplemented (nothing taken)
+        for the Python twin."""
         assert _append_singles_native is not None
         done = _append_singles_native(msgs, self._hosts, self.config.max_message_size, self._max_record,
                                       self.segments.segment_size - BLANK_SIZE, self._begin_parts,
