@@ -13,6 +13,8 @@ the local NATS server (JetStream file stream, nats://127.0.0.1:4222), `--message
 Then everything produced is consumed (OrbitMQ PushConsumer / a JetStream pull consumer). Per row: broker (or
 nats-server) CPU seconds (utime+stime) per million messages produced in that row plus the per-message CPU of the
 consume phase — the issue's "CPU per million messages produced and consumed".
+`--warm-gib G` (default 2) first touches and frees G GiB of memory, so that neither system pays a fresh virtual
+machine's first touches of its pages (bench/machine.py); 0 skips it.
 `--repeat N` runs N rounds, the two systems in alternating order (OrbitMQ first, then NATS first, ...), so that a
 drift of the machine's speed during the run does not favour one of them; it prints each round's table and then the
 median, lowest and highest OrbitMQ / NATS ratio per row (on a shared 2-core VM one round scatters by ±20 %).
@@ -36,6 +38,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `orbitmq` imp
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.drivers import Driver, make_driver  # noqa: E402
+from bench.machine import warm_memory  # noqa: E402
 from bench.metrics import CpuWindow, Latencies, Meter  # noqa: E402
 from bench.workloads import PhaseResult, _result, batch_send, closed_loop_send, drain  # noqa: E402
 
@@ -55,6 +58,7 @@ class Options:
     shapes: tuple[str, ...] = ()  # OrbitDriver reads it (no auto-batch producer here)
     out: str = ""
     repeat: int = 1
+    warm_gib: float = 2.0
 
 
 async def _spawn(kind: str, args: dict, env: dict[str, str]) -> asyncio.subprocess.Process:
@@ -200,6 +204,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--nats-url", default=Options.nats_url)
     p.add_argument("--out", default="", help="also write the results as JSON to this file")
     p.add_argument("--repeat", type=int, default=1, help="rounds, the two systems in alternating order")
+    p.add_argument("--warm-gib", type=float, default=Options.warm_gib,
+                   help="GiB of memory to touch and free before the rounds (0: none)")
     ns = p.parse_args(argv)
     rows = tuple(r.strip() for r in ns.rows.split(",") if r.strip())
     bad = [r for r in rows if r not in ROWS and not (r.startswith("cpp_p") and r[5:].isdigit())]
@@ -207,12 +213,16 @@ def parse_args(argv: list[str] | None = None) -> Options:
         p.error(f"--rows: choose from {','.join(ROWS)} (or cpp_p<N>), got {ns.rows!r}")
     if ns.repeat < 1:
         p.error(f"--repeat: at least 1, got {ns.repeat}")
+    if ns.warm_gib < 0:
+        p.error(f"--warm-gib: at least 0, got {ns.warm_gib}")
     return Options(messages=ns.messages, size=ns.size, rows=rows, nats_url=ns.nats_url, out=ns.out,
-                   repeat=ns.repeat)
+                   repeat=ns.repeat, warm_gib=ns.warm_gib)
 
 
 async def main_async(opts: Options) -> list[list[dict]]:
     rounds: list[list[dict]] = []
+    if opts.warm_gib > 0:
+        print(f"warmed {opts.warm_gib:g} GiB of memory in {warm_memory(opts.warm_gib):.1f} s", flush=True)
     for i in range(opts.repeat):
         order = ("orbitmq", "nats") if i % 2 == 0 else ("nats", "orbitmq")
         results = [await run_system(system, opts) for system in order]

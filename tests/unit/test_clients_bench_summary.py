@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -52,9 +53,27 @@ def test_rounds_alternate_the_order_of_the_systems(monkeypatch: pytest.MonkeyPat
                 "cpu_s_per_million": {"r": 10.0 if system == "orbitmq" else 20.0}}
 
     monkeypatch.setattr(cb, "run_system", fake_run)
-    opts = parse_args(["--repeat", "3", "--rows", "sdk_c8"])
+    warmed: list[float] = []
+    monkeypatch.setattr(cb, "warm_memory", lambda gib: warmed.append(gib) or 0.0)
+    opts = parse_args(["--repeat", "3", "--rows", "sdk_c8", "--warm-gib", "0.5"])
     opts.rows = ("r",)
     rounds = asyncio.run(main_async(opts))
+    assert warmed == [0.5]  # once, before the first round
     assert order == ["orbitmq", "nats", "nats", "orbitmq", "orbitmq", "nats"]
     assert len(rounds) == 3
     assert "| r | 0.50 | 0.50 | 0.50 | 3 / 3 |" in capsys.readouterr().out
+
+
+def test_warm_gib_defaults_to_two_and_refuses_negative() -> None:
+    assert parse_args([]).warm_gib == 2.0
+    assert parse_args(["--warm-gib", "0"]).warm_gib == 0.0
+    with pytest.raises(SystemExit):
+        parse_args(["--warm-gib", "-1"])
+
+
+def test_warm_memory_touches_and_frees(tmp_path: Path) -> None:
+    from bench.machine import page_fault_cost, warm_memory
+
+    assert warm_memory(0) == 0.0
+    assert warm_memory(1 / 256) > 0.0  # 4 MiB
+    assert page_fault_cost(str(tmp_path / "f"), mib=1) > 0.0
