@@ -4,6 +4,7 @@
     .venv/bin/python bench/micro/broker_inprocess.py --callgrind         # instructions per request (valgrind)
     .venv/bin/python bench/micro/broker_inprocess.py --per-read 1        # the C++ client's shape: one per read
     .venv/bin/python bench/micro/broker_inprocess.py --no-dedup          # the broker with dedupEnable=false
+    .venv/bin/python bench/micro/broker_inprocess.py --callgrind --keep cg.out   # and keep the dump to annotate
 
 A real `Broker` (every service and send hook, a real store in a temporary folder, ASYNC_FLUSH) is started on the
 event loop. SEND_MESSAGE_V2 frames as the SDK sends them (1 KiB bodies, distinct UNIQ_KEYs, four queues) are fed to
@@ -27,6 +28,7 @@ import asyncio
 import glob
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -116,6 +118,8 @@ def _callgrind(ns: argparse.Namespace) -> None:
         dumps = [f for f in glob.glob(out + ".1-*") if f.endswith("-01")]  # the dump's part, main thread
         if len(dumps) != 1:
             raise SystemExit(f"no callgrind dump of the main thread in {sorted(glob.glob(out + '*'))}")
+        if ns.keep:  # for callgrind_annotate (--inclusive=yes: the native functions' shares)
+            shutil.copyfile(dumps[0], ns.keep)
         with open(dumps[0]) as f:
             m = re.search(r"^(?:summary|totals): (\d+)", f.read(), re.M)
         if m is None:
@@ -131,6 +135,7 @@ def main() -> None:
     ap.add_argument("--per-read", type=int, default=8)
     ap.add_argument("--no-dedup", action="store_true")
     ap.add_argument("--callgrind", action="store_true")
+    ap.add_argument("--keep", default="", help="with --callgrind: copy the main thread's dump to this file")
     ap.add_argument("--serve-marks", default=None, help=argparse.SUPPRESS)
     ns = ap.parse_args()
     if ns.per_read < 1:

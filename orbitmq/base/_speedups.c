@@ -39,6 +39,9 @@
  *                  result_cls, put_ok)
  *                                    store/commitlog.py append_singles_py: several single-message puts in one
  *                                    pass (records, queue offsets, PutResults, DispatchRequests)
+ *   dedup_remember(items, start, table, chunk, put_ok, skip_prefixes, skip_topics)
+ *                                    broker/services/dedup.py DedupService.after_put_many_py's loop for the common
+ *                                    stored single: (where the Python code goes on, last store time)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -2174,6 +2177,173 @@ error:
 }
 
 
+/* ---- dedup_remember(items, start, table, chunk, put_ok, skip_prefixes, skip_topics) -> (next, last_ts) (API 9) --
+ * broker/services/dedup.py DedupService.after_put_many's loop for the common item, from items[start]: an item
+ * (req, [msg], result) stored PUT_OK with its store time, a str UNIQ_KEY, no REAL_TOPIC, a topic that is not a
+ * retry / DLQ / skipped one and reconsume times <= 0 puts key "uniq SEP topic" -> "ts SEP queueId SEP queueOffset
+ * SEP msgId SEP group" into table.entries (a new key) and appends the key to table.tail; an item without a
+ * UNIQ_KEY, or one de-dup skips, puts nothing. It stops at the first item the Python code must take (another
+ * status, an existing key, REAL_TOPIC, a non-ASCII or odd-typed field, no store time) and returns its index, or
+ * the index after the item that filled the tail to `chunk` (the caller freezes it), or len(items); last_ts: the
+ * store time of the last PUT_OK single it went past (-1 if none), as the Python loop's. */
+static PyObject *str_status, *str_msg_ids, *str_store_ts, *str_queue_offset, *str_ext_fields, *str_entries,
+    *str_tail_attr, *str_real_topic, *str_producer_group;
+
+static int dd_ascii_str(PyObject *o) { return o != NULL && PyUnicode_CheckExact(o) && PyUnicode_IS_ASCII(o); }
+
+static Py_ssize_t dd_itoa(int64_t v, char *out) { /* decimal, as str(int) */
+    char tmp[24];
+    Py_ssize_t n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    Py_ssize_t len = 0;
+    if (v < 0) out[len++] = '-';
+    while (n) out[len++] = tmp[--n];
+    return len;
+}
+
+static PyObject *sp_dedup_remember(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyTuple_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "dedup_remember(items, start, table, chunk, put_ok, skip_prefixes, skip_topics)");
+        return NULL;
+    }
+    PyObject *items = args[0], *table = args[2], *put_ok = args[4], *prefixes = args[5], *skip_topics = args[6];
+    Py_ssize_t k = PyLong_AsSsize_t(args[1]), chunk = PyLong_AsSsize_t(args[3]);
+    if ((k == -1 || chunk == -1) && PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    int64_t last_ts = -1;
+    PyObject *entries = PyObject_GetAttr(table, str_entries);
+    PyObject *tail = entries == NULL ? NULL : PyObject_GetAttr(table, str_tail_attr);
+    PyObject *status = NULL, *msgs = NULL, *ids = NULL, *tsobj = NULL, *m = NULL, *props = NULL, *topic = NULL,
+             *rt = NULL, *qid = NULL, *qoff = NULL, *ext = NULL, *key = NULL, *value = NULL;
+    int failed = tail == NULL;
+    if (!failed && (!PyDict_CheckExact(entries) || !PyList_CheckExact(tail))) goto done; /* Python decides */
+    for (; k < n && !failed; k++) {
+        Py_CLEAR(status); Py_CLEAR(msgs); Py_CLEAR(ids); Py_CLEAR(tsobj); Py_CLEAR(m); Py_CLEAR(props);
+        Py_CLEAR(topic); Py_CLEAR(rt); Py_CLEAR(qid); Py_CLEAR(qoff); Py_CLEAR(ext);
+        PyObject *it = PyList_GET_ITEM(items, k);
+        if (!PyTuple_CheckExact(it) || PyTuple_GET_SIZE(it) != 3) break;
+        PyObject *req = PyTuple_GET_ITEM(it, 0), *result = PyTuple_GET_ITEM(it, 2);
+        msgs = Py_NewRef(PyTuple_GET_ITEM(it, 1));
+        if ((status = PyObject_GetAttr(result, str_status)) == NULL) goto fail;
+        if (status != put_ok || !PyList_CheckExact(msgs) || PyList_GET_SIZE(msgs) != 1) break;
+        if ((ids = PyObject_GetAttr(result, str_msg_ids)) == NULL) goto fail;
+        if (!PyList_CheckExact(ids) || PyList_GET_SIZE(ids) == 0) break;
+        if ((tsobj = PyObject_GetAttr(result, str_store_ts)) == NULL) goto fail;
+        if (!PyLong_CheckExact(tsobj)) break;
+        int overflow = 0;
+        long long ts = PyLong_AsLongLongAndOverflow(tsobj, &overflow);
+        if (overflow || ts <= 0) { /* 0: the Python code takes the clock's time */
+            if (PyErr_Occurred()) goto fail;
+            break;
+        }
+        last_ts = ts;
+        m = Py_NewRef(PyList_GET_ITEM(msgs, 0));
+        if ((props = PyObject_GetAttr(m, str_properties)) == NULL) goto fail;
+        if (!PyDict_CheckExact(props)) break;
+        PyObject *uniq = PyDict_GetItemWithError(props, str_uniq_key); /* borrowed */
+        if (uniq == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            continue; /* nothing to remember */
+        }
+        Py_INCREF(uniq);
+        Py_XSETREF(key, uniq); /* held until the next item */
+        if (!dd_ascii_str(uniq)) break;
+        if ((topic = PyObject_GetAttr(m, str_topic)) == NULL) goto fail;
+        if (!dd_ascii_str(topic)) break;
+        if ((rt = PyObject_GetAttr(m, str_reconsume)) == NULL) goto fail;
+        if (!PyLong_CheckExact(rt)) break;
+        if (PyDict_GetItemWithError(props, str_real_topic) != NULL) break; /* the response queue id: Python */
+        if (PyErr_Occurred()) goto fail;
+        long reconsume = PyLong_AsLongAndOverflow(rt, &overflow);
+        if (overflow > 0 || reconsume > 0) continue;
+        if (overflow < 0) break;
+        int skip = 0;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(prefixes) && !skip; i++) {
+            Py_ssize_t r = PyUnicode_Tailmatch(topic, PyTuple_GET_ITEM(prefixes, i), 0, PY_SSIZE_T_MAX, -1);
+            if (r < 0) goto fail;
+            skip = (int)r;
+        }
+        if (!skip) {
+            int in = PySet_Contains(skip_topics, topic);
+            if (in < 0) goto fail;
+            skip = in;
+        }
+        if (skip) continue;
+        if ((qid = PyObject_GetAttr(m, str_queue_id)) == NULL || (qoff = PyObject_GetAttr(result, str_queue_offset)) == NULL
+            || (ext = PyObject_GetAttr(req, str_ext_fields)) == NULL)
+            goto fail;
+        if (!PyLong_CheckExact(qid) || !PyLong_CheckExact(qoff)) break;
+        PyObject *group = NULL; /* borrowed */
+        if (ext != Py_None) {
+            if (!PyDict_CheckExact(ext)) break;
+            group = PyDict_GetItemWithError(ext, str_producer_group);
+            if (group == NULL && PyErr_Occurred()) goto fail;
+            if (group != NULL && !PyUnicode_CheckExact(group)) break;
+            if (group == NULL || PyUnicode_GET_LENGTH(group) == 0) {
+                group = PyDict_GetItemWithError(ext, str_a);
+                if (group == NULL && PyErr_Occurred()) goto fail;
+                if (group != NULL && !PyUnicode_CheckExact(group)) break;
+            }
+        }
+        if (group != NULL && !PyUnicode_IS_ASCII(group)) break;
+        PyObject *msg_id = PyList_GET_ITEM(ids, 0);
+        if (!dd_ascii_str(msg_id)) break;
+        long long q = PyLong_AsLongLongAndOverflow(qid, &overflow);
+        if (overflow) break;
+        long long qo = PyLong_AsLongLongAndOverflow(qoff, &overflow);
+        if (overflow) break;
+        /* the key: uniq SEP topic */
+        Py_ssize_t ul = PyUnicode_GET_LENGTH(uniq), tl = PyUnicode_GET_LENGTH(topic);
+        PyObject *kstr = PyUnicode_New(ul + 1 + tl, 127);
+        if (kstr == NULL) goto fail;
+        Py_UCS1 *kd = PyUnicode_1BYTE_DATA(kstr);
+        memcpy(kd, PyUnicode_DATA(uniq), (size_t)ul);
+        kd[ul] = 0x1f;
+        memcpy(kd + ul + 1, PyUnicode_DATA(topic), (size_t)tl);
+        Py_SETREF(key, kstr);
+        int has = PyDict_Contains(entries, key);
+        if (has < 0) goto fail;
+        if (has) break; /* a re-put: DedupTable.put counts its stale position */
+        /* the value: ts SEP qid SEP queueOffset SEP msgId SEP group */
+        char nums[72];
+        Py_ssize_t a = dd_itoa(ts, nums);
+        nums[a++] = 0x1f;
+        a += dd_itoa(q, nums + a);
+        nums[a++] = 0x1f;
+        a += dd_itoa(qo, nums + a);
+        nums[a++] = 0x1f;
+        Py_ssize_t il = PyUnicode_GET_LENGTH(msg_id), gl = group == NULL ? 0 : PyUnicode_GET_LENGTH(group);
+        value = PyUnicode_New(a + il + 1 + gl, 127);
+        if (value == NULL) goto fail;
+        Py_UCS1 *vd = PyUnicode_1BYTE_DATA(value);
+        memcpy(vd, nums, (size_t)a);
+        memcpy(vd + a, PyUnicode_DATA(msg_id), (size_t)il);
+        vd[a + il] = 0x1f;
+        if (gl) memcpy(vd + a + il + 1, PyUnicode_DATA(group), (size_t)gl);
+        int rc = PyDict_SetItem(entries, key, value);
+        Py_CLEAR(value);
+        if (rc < 0 || PyList_Append(tail, key) < 0) goto fail;
+        if (PyList_GET_SIZE(tail) >= chunk) {
+            k++;
+            break; /* the caller freezes the tail */
+        }
+    }
+    goto done;
+fail:
+    failed = 1;
+done:
+    Py_XDECREF(status); Py_XDECREF(msgs); Py_XDECREF(ids); Py_XDECREF(tsobj); Py_XDECREF(m); Py_XDECREF(props);
+    Py_XDECREF(topic); Py_XDECREF(rt); Py_XDECREF(qid); Py_XDECREF(qoff); Py_XDECREF(ext); Py_XDECREF(key);
+    Py_XDECREF(value); Py_XDECREF(entries); Py_XDECREF(tail);
+    if (failed) return NULL;
+    return Py_BuildValue("(nL)", k, (long long)last_ts);
+}
+
 static PyMethodDef methods[] = {
     {"crc32", sp_crc32, METH_O, "zlib.crc32(data) (unsigned)."},
     {"java_hash", sp_java_hash, METH_O, "Java String.hashCode over UTF-16 code units, signed 32-bit."},
@@ -2207,6 +2377,8 @@ static PyMethodDef methods[] = {
     {"append_singles", (PyCFunction)(void (*)(void))sp_append_singles, METH_FASTCALL,
      "Several single-message puts written in one pass: (seg, start, end, results, requests), None or "
      "NotImplemented."},
+    {"dedup_remember", (PyCFunction)(void (*)(void))sp_dedup_remember, METH_FASTCALL,
+     "De-dup entries of the common stored singles from items[start]: (where Python goes on, last store time)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2253,11 +2425,23 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     if (!str_topic || !str_queue_id || !str_born_host || !str_store_host || !str_properties || !str_tags ||
         !str_keys || !str_uniq_key || !int_one)
         return NULL;
+    str_status = PyUnicode_InternFromString("status");
+    str_msg_ids = PyUnicode_InternFromString("msg_ids");
+    str_store_ts = PyUnicode_InternFromString("store_timestamp");
+    str_queue_offset = PyUnicode_InternFromString("queue_offset");
+    str_ext_fields = PyUnicode_InternFromString("ext_fields");
+    str_entries = PyUnicode_InternFromString("entries");
+    str_tail_attr = PyUnicode_InternFromString("tail");
+    str_real_topic = PyUnicode_InternFromString("REAL_TOPIC");
+    str_producer_group = PyUnicode_InternFromString("producerGroup");
+    if (!str_status || !str_msg_ids || !str_store_ts || !str_queue_offset || !str_ext_fields || !str_entries ||
+        !str_tail_attr || !str_real_topic || !str_producer_group)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     /* native.py loads the module only when this matches its API_VERSION: a stale build from an older source
      * (an editable install not rebuilt) is ignored instead of missing functions. Bump it with every change of a
      * function's contract or the set of functions. */
-    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 8) < 0) {
+    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 9) < 0) {
         Py_DECREF(m);
         return NULL;
     }

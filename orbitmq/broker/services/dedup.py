@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from orbitmq.base.errors import OrbitMQError
+from orbitmq.base.native import speedups
 from orbitmq.broker.context import BrokerContext, after_put_each
 from orbitmq.broker.services import ServiceEnv
 from orbitmq.broker.services.dedup_journal import DedupJournal
@@ -53,6 +54,8 @@ Entry = tuple[str | None, int, str, int, int]
 SEP = "\x1f"  # field separator of a stored entry and of a table key (not in group names, topics, msg ids or numbers)
 LAZY_ID = "@"  # msgId field "@<physOffset>": a replicated record's offset msgId, resolved from the CommitLog on a hit
 CHUNK = 1024  # order-log positions per frozen chunk
+_native = speedups()
+_remember = _native.dedup_remember if _native is not None else None
 
 
 def encode_entry(group: str | None, ts: int, msg_id: str, queue_id: int, queue_offset: int) -> str:
@@ -428,54 +431,85 @@ class DedupService:
         """after_put of each (req, msgs, result) in turn (the single puts of one read, Router.many), with one
         eviction at the end instead of one per put: the same table afterwards (eviction drops the oldest entries,
         and a key is never put twice in one run: the send handler stores a repeated UNIQ_KEY in a later run).
-        Returns None, or per item the exception its after_put raised (the others are remembered)."""
+        Returns None, or per item the exception its after_put raised (the others are remembered).
+        The common item is taken by the native dedup_remember, the others by _remember_one, in order; without the
+        extension after_put_many_py (the reference) does it all."""
         if self._appended:  # a put waiting for its flush is being settled: the general path, one by one
             return after_put_each(self.after_put, conn, items)
+        if _remember is None:
+            return self.after_put_many_py(conn, items)
         table = self.table
-        entries = table.entries
-        tail = table.tail
         errors: list[BaseException | None] | None = None
         last_ts = -1
-        ts_s = ""
+        k, n = 0, len(items)
+        while k < n:
+            try:
+                k, ts = _remember(items, k, table, CHUNK, _PUT_OK, _SKIP_PREFIXES, _SKIP_TOPICS)
+            except Exception as e:  # out of memory: the items from k on are reported failed (some may be remembered)
+                errors = errors or [None] * n
+                errors[k:] = [e] * (n - k)
+                break
+            if ts >= 0:
+                last_ts = ts
+            if len(table.tail) >= CHUNK:  # DedupTable.put's freeze
+                table.chunks.append(tuple(table.tail))
+                table.tail = []
+                continue
+            if k < n:
+                try:
+                    ts = self._remember_one(conn, *items[k])
+                    if ts >= 0:
+                        last_ts = ts
+                except Exception as e:
+                    errors = errors or [None] * n
+                    errors[k] = e
+                k += 1
+        if last_ts >= 0:
+            table.evict(last_ts)
+        return errors
+
+    def _remember_one(self, conn: Any, req: RemotingCommand, msgs: list[Any], result: Any) -> int:
+        """One item of after_put_many: a stored single is remembered (no eviction) and its store time returned;
+        anything else goes through after_put (which evicts itself) and gives -1."""
+        if result.status is not _PUT_OK or len(msgs) != 1 or not result.msg_ids:
+            self.after_put(conn, req, msgs, result)
+            return -1
+        ts = result.store_timestamp or self.env.clock.now_ms()
+        m = msgs[0]
+        props = m.properties
+        uniq = props.get(_UNIQ_KEY)
+        if uniq is None:
+            return ts
+        topic = m.topic
+        real = props.get(_REAL_TOPIC)
+        if (m.reconsume_times > 0 or topic.startswith(_SKIP_PREFIXES) or topic in _SKIP_TOPICS
+                or (real is not None and real.startswith(_SKIP_PREFIXES))):
+            return ts
+        ext = req.ext_fields or {}
+        group = ext.get("producerGroup") or ext.get("a") or ""
+        qid = m.queue_id if real is None else _response_queue_id(props, m.queue_id)
+        self.table.put(f"{uniq}{SEP}{real or topic}",
+                       f"{ts}{SEP}{qid}{SEP}{result.queue_offset}{SEP}{result.msg_ids[0]}{SEP}{group}")
+        return ts
+
+    def after_put_many_py(self, conn: Any, items: list[tuple[RemotingCommand, list[Any], Any]]
+                          ) -> list[BaseException | None] | None:
+        """after_put_many without the extension (and the reference the native loop is tested against)."""
+        if self._appended:
+            return after_put_each(self.after_put, conn, items)
+        errors: list[BaseException | None] | None = None
+        last_ts = -1
         for k, (req, msgs, result) in enumerate(items):
             try:
-                status = result.status
-                if status is not _PUT_OK or len(msgs) != 1 or not result.msg_ids:
-                    self.after_put(conn, req, msgs, result)  # anything but a plain stored single: the general code
-                    continue
-                ts = result.store_timestamp or self.env.clock.now_ms()
-                if ts != last_ts:
-                    last_ts, ts_s = ts, f"{ts}{SEP}"
-                m = msgs[0]
-                props = m.properties
-                uniq = props.get(_UNIQ_KEY)
-                if uniq is None:
-                    continue
-                topic = m.topic
-                real = props.get(_REAL_TOPIC)
-                if (m.reconsume_times > 0 or topic.startswith(_SKIP_PREFIXES) or topic in _SKIP_TOPICS
-                        or (real is not None and real.startswith(_SKIP_PREFIXES))):
-                    continue
-                ext = req.ext_fields or {}
-                group = ext.get("producerGroup") or ext.get("a") or ""
-                qid = m.queue_id if real is None else _response_queue_id(props, m.queue_id)
-                key = f"{uniq}{SEP}{real or topic}"
-                value = f"{ts_s}{qid}{SEP}{result.queue_offset}{SEP}{result.msg_ids[0]}{SEP}{group}"
-                if key in entries:
-                    table.put(key, value)
-                    tail = table.tail
-                    continue
-                entries[key] = value  # DedupTable.put of a new key, inlined
-                tail.append(key)
-                if len(tail) >= CHUNK:
-                    table.chunks.append(tuple(tail))
-                    tail = table.tail = []
+                ts = self._remember_one(conn, req, msgs, result)
+                if ts >= 0:
+                    last_ts = ts
             except Exception as e:
                 if errors is None:
                     errors = [None] * len(items)
                 errors[k] = e
         if last_ts >= 0:
-            table.evict(last_ts)
+            self.table.evict(last_ts)
         return errors
 
     # ---- recovery ----
