@@ -274,6 +274,9 @@ class DedupService:
         # CommitLog end when this broker last became master: every record below it came by replication, including
         # a received tail that is dispatched only after the switch (no confirm offset came from the dead master)
         self._replicated_end = 0
+        # on_dispatch's gate (DispatchListeners' while_nonempty): non-empty while it may have something to learn (a
+        # slave, or a new master until its dispatch passes _replicated_end); a master's own records skip the call
+        self._listening: set[int] = {1} if ctx.config.is_slave else set()
         ctx.stats.counters.setdefault(HITS_COUNTER, 0)
         ctx.role_listeners.append(self._on_role)
 
@@ -607,8 +610,11 @@ class DedupService:
         after a failover this broker answers a retry of it; also on a new master for the records it received as a
         slave (below _replicated_end). On a master its own puts are remembered by after_put.
         The msgId is resolved from the CommitLog only on a hit (LAZY_ID): the record holds the master's host."""
+        if req.phys_offset >= self._replicated_end and not self.ctx.config.is_slave:
+            self._listening.clear()  # a master past what it received as a slave: nothing more to learn
+            return
         uniq = req.uniq_key
-        if uniq is None or (req.phys_offset >= self._replicated_end and not self.ctx.config.is_slave):
+        if uniq is None:
             return
         props = req.properties
         topic = req.topic
@@ -634,6 +640,7 @@ class DedupService:
         """Role listener: on becoming master, the records received as a slave and not dispatched yet are still
         remembered when they are (a producer's retry of one of them, sent to this new master after the old one
         died before answering, is then answered instead of stored twice)."""
+        self._listening.add(1)  # a slave learns every record; a new master those below _replicated_end
         if not self.ctx.config.is_slave:
             self._replicated_end = self.ctx.store.max_phys_offset
             # received but not visible yet (a gate waiting for this new master's own confirmation): remembered now,
@@ -721,7 +728,7 @@ class DedupService:
         if store.confirm_offset > end:
             scanned += self._scan(end, store.confirm_offset, self.env.clock.now_ms())
         # at once after the scan (no await between): every record dispatched from now on is past what it read
-        store.add_dispatch_listener(self.on_dispatch)
+        store.add_dispatch_listener(self.on_dispatch, while_nonempty=self._listening)
         self.rebuild_seconds = time.monotonic() - t0
         log.info("dedup: %d keys remembered (%d CommitLog records scanned, %.1f s off the event loop)", len(self.table),
                  scanned, self.rebuild_seconds)

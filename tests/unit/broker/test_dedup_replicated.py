@@ -149,6 +149,7 @@ def test_a_tail_received_as_slave_and_dispatched_after_the_switch_is_remembered(
     assert (resp.ext_fields["queueId"], resp.ext_fields["queueOffset"]) == ("1", str(original.queue_offset))
     _put(slave, _msg("OWN"))  # the new master's own put: dispatched past the switch point, not fed
     assert table_key("OWN", "T", {}) not in replica.table.entries
+    assert not replica._listening  # and the listener is no longer called for the master's records
 
 
 def test_a_tail_still_pending_at_the_switch_is_remembered_before_it_is_dispatched(tmp_path: Any) -> None:
@@ -176,6 +177,21 @@ def test_a_master_does_not_feed_its_own_dispatches(tmp_path: Any) -> None:
     svc = _svc(tmp_path / "m", master, clock, role="SYNC_MASTER")
     _put(master, _msg("K1"))  # dispatched, but after_put (not called here) is what remembers a master's puts
     assert len(svc.table) == 0
+    assert not svc._listening  # the listener's gate: a master's own records do not even call it
+
+
+def test_a_master_demoted_to_slave_learns_the_records_it_receives(tmp_path: Any) -> None:
+    """The listener's gate opens again when the broker becomes a slave (BrokerContext.set_role's listeners)."""
+    clock = _Clock()
+    master, demoted = _store("/m", clock), _store("/s", clock)
+    svc = _svc(tmp_path / "s", demoted, clock, role="SYNC_MASTER")
+    assert not svc._listening
+    svc.ctx.config = dataclasses.replace(svc.ctx.config, broker_role="SLAVE", broker_id=1)
+    for listener in svc.ctx.role_listeners:
+        listener(False)
+    _put(master, _msg("K1"))
+    _replicate(master, demoted)
+    assert table_key("K1", "T", {}) in svc.table.entries
 
 
 def test_the_topic_is_part_of_the_key(tmp_path: Any) -> None:
