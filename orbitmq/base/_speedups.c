@@ -1834,20 +1834,32 @@ static PyObject *js_done(jscan *s, PyObject *out, int key) {
 
 /* The string at s->p (just past its opening quote). key: a dict key (interned). NULL with unusual set, or with
  * an exception (memory). */
+/* js_class[c]: 0 for a byte a JSON string takes as it is (printable ASCII but '"' and '\\'), else what it is */
+enum { JS_PLAIN = 0, JS_QUOTE, JS_ESCAPE, JS_CONTROL, JS_HIGH };
+static unsigned char js_class[256];
+
+static void js_class_init(void) {
+    for (int c = 0; c < 256; c++)
+        js_class[c] = c < 0x20 ? JS_CONTROL : c >= 0x80 ? JS_HIGH : c == '"' ? JS_QUOTE : c == '\\' ? JS_ESCAPE : JS_PLAIN;
+}
+
 static PyObject *js_string(jscan *s, int key) {
-    const unsigned char *start = s->p, *q = s->p;
+    const unsigned char *start = s->p, *q = s->p, *end = s->end;
     int escaped = 0, ascii = 1;
-    while (q < s->end && *q != '"') {
-        if (*q < 0x20) goto unusual;
-        if (*q == '\\') {
+    for (;;) { /* one table lookup per plain byte */
+        while (q < end && js_class[*q] == JS_PLAIN) q++;
+        if (q >= end) goto unusual;
+        unsigned char cls = js_class[*q];
+        if (cls == JS_QUOTE) break;
+        if (cls == JS_CONTROL) goto unusual;
+        if (cls == JS_ESCAPE) {
             escaped = 1;
-            if (++q >= s->end) goto unusual;
-        } else if (*q >= 0x80) {
+            if (++q >= end) goto unusual;
+        } else {
             ascii = 0;
         }
         q++;
     }
-    if (q >= s->end) goto unusual;
     s->p = q + 1;
     PyObject *out;
     if (!escaped) {
@@ -1868,8 +1880,12 @@ static PyObject *js_string(jscan *s, int key) {
         Py_ssize_t n = 0;
         const unsigned char *r = start;
         while (r < q) {
-            if (*r != '\\') {
-                d[n++] = *r++;
+            if (*r != '\\') { /* the run up to the next escape, copied at once */
+                const unsigned char *e = memchr(r, '\\', (size_t)(q - r));
+                size_t run = (size_t)((e != NULL ? e : q) - r);
+                memcpy(d + n, r, run);
+                n += (Py_ssize_t)run;
+                r += run;
                 continue;
             }
             unsigned char c = r[1];
@@ -1985,7 +2001,8 @@ unusual:
 static PyObject *js_value(jscan *s, int depth);
 
 static PyObject *js_object(jscan *s, int depth) { /* s->p just past '{' */
-    PyObject *d = PyDict_New();
+    /* sized for a RemotingCommand header (7 keys) and a send's extFields (13): no resize while it fills */
+    PyObject *d = _PyDict_NewPresized(depth ? 14 : 8);
     if (d == NULL) return NULL;
     js_ws(s);
     if (s->p < s->end && *s->p == '}') {
@@ -2387,6 +2404,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "orbitmq.base._speedu
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     crc_init();
+    js_class_init();
     if (header_names_init() < 0 || send_names_init() < 0) return NULL;
     PyObject *st = PyImport_ImportModule("struct");
     if (st == NULL) return NULL;

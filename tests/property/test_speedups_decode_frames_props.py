@@ -67,6 +67,21 @@ def test_parse_json_header_answers_as_orjson(data: bytes) -> None:
         assert all(type(a) is type(b) for a, b in zip(got.values(), want.values(), strict=True))
 
 
+@pytest.mark.parametrize("where", ['{"a":"x%sy"}', '{"k%s":1}', '{"e":{"a":"%s"}}', '{"a":"\\u0001%s\\n"}'])
+def test_every_raw_byte_in_a_string_answers_as_orjson(where: str) -> None:
+    """Each of the 256 byte values written raw inside a string (value, key, nested, after escapes): the scanner's
+    byte classes (plain, quote, escape, control, non-ASCII) against orjson."""
+    for b in range(256):
+        data = where.encode().replace(b"%s", bytes([b]))
+        try:
+            want: Any = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            want = "error"
+        got = native.parse_json_header(data)
+        if got is not None:
+            assert got == want, (b, data)
+
+
 def _frame(cmd_ext: dict[str, Any], body: bytes | None, code: int, opaque: int) -> bytes:
     cmd = RemotingCommand.request(code, cmd_ext, body)
     cmd.opaque = opaque
