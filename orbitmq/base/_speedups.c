@@ -500,6 +500,13 @@ static PyObject *sp_decode_send_v2(PyObject *self, PyObject *const *args, Py_ssi
     PyObject *k, *val;
     while (PyDict_Next(ext, &pos, &k, &val)) {
         if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(val)) Py_RETURN_NONE;
+        if (letters && PyUnicode_GET_LENGTH(k) == 1 && PyUnicode_IS_ASCII(k)) { /* a V2 letter: no lookup */
+            long i = (long)((const unsigned char *)PyUnicode_DATA(k))[0] - 'a';
+            if (i < 0 || i >= 14) continue; /* another key: ignored */
+            if (f[i] != NULL) Py_RETURN_NONE;
+            f[i] = val;
+            continue;
+        }
         PyObject *ix = PyDict_GetItemWithError(send_key_index, k); /* long name -> i, letter -> 16 + i */
         if (ix == NULL) {
             if (PyErr_Occurred()) return NULL;
