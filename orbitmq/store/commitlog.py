@@ -149,7 +149,11 @@ class CommitLog:
 
     def _begin_write(self, total: int) -> tuple[Segment, int]:
         """The segment taking `total` bytes and the store timestamp of the records (never going backwards)."""
-        seg = self._writable_segment(total)
+        segs = self.segments.segments
+        seg = segs[-1] if segs else None
+        if (seg is None or seg.size - seg.wrote_position < total + BLANK_SIZE
+                or (seg.wrote_position >= self._prepare_at and self.segments.ahead_of != seg.start_offset)):
+            seg = self._writable_segment(total)  # roll, filler or prepare-ahead: the general segment pick
         now = self.clock.now_ms()
         store_ts = now if now > self.last_store_timestamp else self.last_store_timestamp
         self.last_store_timestamp = store_ts
@@ -273,15 +277,7 @@ class CommitLog:
         segments = self.segments
         if size + BLANK_SIZE > segments.segment_size:
             return None
-        segs = segments.segments
-        seg = segs[-1] if segs else None
-        if (seg is None or seg.size - seg.wrote_position < size + BLANK_SIZE
-                or (seg.wrote_position >= self._prepare_at and segments.ahead_of != seg.start_offset)):
-            seg = self._writable_segment(size)  # roll, filler or prepare-ahead: the general segment pick
-        now = self.clock.now_ms()
-        store_ts = self.last_store_timestamp
-        if now > store_ts:
-            store_ts = self.last_store_timestamp = now
+        seg, store_ts = self._begin_write(size)
         pos = seg.wrote_position
         base = seg.start_offset
         table = self.topic_queue_table
