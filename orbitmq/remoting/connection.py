@@ -93,6 +93,10 @@ class Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        # invoke()'s requests waiting for an answer: opaque -> (deadline on the loop's clock, future, code, timeout)
+        self._deadlines: dict[int, tuple[float, asyncio.Future[RemotingCommand], int, int]] = {}
+        self._deadline_handle: asyncio.TimerHandle | None = None  # fires at the earliest deadline (_expire)
+        self._deadline_at = 0.0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._wbuf: list[bytes] = []  # frames queued by send(), written together by _flush_writes
         self._wbuf_size = 0
@@ -254,6 +258,10 @@ class Connection(asyncio.Protocol):
             self._frame_handle = None
         if self._budget is not None:
             self._budget.update(self, 0)
+        if self._deadline_handle is not None:
+            self._deadline_handle.cancel()
+            self._deadline_handle = None
+        self._deadlines.clear()
         pending, self._pending = self._pending, {}
         for fut in pending.values():
             if not fut.done():
@@ -399,21 +407,45 @@ class Connection(asyncio.Protocol):
         if self.closed:
             raise RemotingConnectError(f"connection to {self.remote_addr} is closed")
         opaque = cmd.opaque
-        fut: asyncio.Future[RemotingCommand] = self._loop.create_future()
+        loop = self._loop
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[opaque] = fut
-        handle = self._loop.call_later(timeout_ms / 1000.0, self._on_timeout, fut, cmd.code, timeout_ms)
+        # its deadline, kept beside the others: one timer per connection for the earliest (RocketMQ's clients scan
+        # their response table the same way) instead of a timer armed and cancelled per request
+        deadline = loop.time() + timeout_ms / 1000.0
+        self._deadlines[opaque] = (deadline, fut, cmd.code, timeout_ms)
+        if self._deadline_handle is None or deadline < self._deadline_at:
+            self._arm_deadline(deadline)
         try:
             self.send(cmd)
             return await fut
         finally:
-            handle.cancel()
             if self._pending.get(opaque) is fut:
                 del self._pending[opaque]
+            entry = self._deadlines.get(opaque)
+            if entry is not None and entry[1] is fut:
+                del self._deadlines[opaque]
 
-    def _on_timeout(self, fut: asyncio.Future[RemotingCommand], code: int, timeout_ms: int) -> None:
-        if not fut.done():
-            fut.set_exception(RemotingTimeoutError(
-                f"wait response on {self.remote_addr} timeout, {int(timeout_ms)} ms, request code {code}"))
+    def _arm_deadline(self, at: float) -> None:
+        if self._deadline_handle is not None:
+            self._deadline_handle.cancel()
+        self._deadline_at = at
+        self._deadline_handle = self._loop.call_at(at, self._expire)
+
+    def _expire(self) -> None:
+        """The earliest deadline came: every request past its own fails with RemotingTimeoutError; the timer is
+        armed again for the earliest one left."""
+        self._deadline_handle = None
+        now = self._loop.time()
+        deadlines = self._deadlines
+        overdue = [k for k, e in deadlines.items() if e[0] <= now]
+        for opaque in overdue:
+            _, fut, code, timeout_ms = deadlines.pop(opaque)
+            if not fut.done():
+                fut.set_exception(RemotingTimeoutError(
+                    f"wait response on {self.remote_addr} timeout, {int(timeout_ms)} ms, request code {code}"))
+        if deadlines and not self.closed:
+            self._arm_deadline(min(e[0] for e in deadlines.values()))
 
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
         if self.closed:

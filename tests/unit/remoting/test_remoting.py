@@ -436,3 +436,49 @@ def test_handler_may_answer_then_close_the_connection(run):
             await server.stop()
 
     run(main())
+
+
+def test_each_request_times_out_at_its_own_deadline_with_one_timer(run):
+    """invoke()'s deadlines share one timer per connection, armed for the earliest: a later request with a shorter
+    timeout re-arms it, and after a timeout it is armed again for the next one. Answered requests leave nothing."""
+    held = []
+
+    def handler(conn, cmd):
+        if cmd.code == RequestCode.PULL_MESSAGE:
+            held.append((conn, cmd))
+            return None  # never answered
+        return cmd.response()
+
+    async def main():
+        server = await started(handler)
+        client = RemotingClient()
+        addr = f"127.0.0.1:{server.port}"
+        loop = asyncio.get_running_loop()
+        try:
+            await client.invoke(addr, RemotingCommand.request(30))  # connected
+            conn = client.connections[addr]
+            t0 = loop.time()
+            done: dict[str, float] = {}
+
+            async def call(name: str, timeout_ms: int) -> None:
+                with pytest.raises(RemotingTimeoutError, match=f"{timeout_ms} ms"):
+                    await conn.invoke(RemotingCommand.request(RequestCode.PULL_MESSAGE), timeout_ms=timeout_ms)
+                done[name] = loop.time() - t0
+
+            slow = asyncio.create_task(call("slow", 1500))
+            await asyncio.sleep(0)
+            fast = asyncio.create_task(call("fast", 200))  # shorter than the armed timer: re-arms it
+            middle = asyncio.create_task(call("middle", 700))
+            await asyncio.wait_for(asyncio.gather(slow, fast, middle), 30)
+            assert list(done) == ["fast", "middle", "slow"]
+            assert done["fast"] >= 0.19 and done["middle"] >= 0.69 and done["slow"] >= 1.49
+            assert done["fast"] < done["slow"] - 0.5  # not held until the first-armed deadline
+            assert conn.pending_count == 0 and not conn._deadlines
+            for _ in range(50):  # answered requests: no deadline left behind
+                await conn.invoke(RemotingCommand.request(30), timeout_ms=60_000)
+            assert not conn._deadlines
+        finally:
+            await client.close()
+            await server.stop()
+
+    run(main())
