@@ -18,6 +18,7 @@ import os
 import random
 import socket
 import ssl
+from collections.abc import Coroutine
 from typing import Any, ClassVar, Protocol
 
 from orbitmq.base import marks
@@ -190,8 +191,9 @@ class ClientInstance:
             sign_request(cmd, creds)
         return cmd
 
-    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000) -> RemotingCommand:
-        return await self.remoting.invoke(addr, self.sign(cmd, addr), timeout_ms)
+    def invoke(self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000) -> Coroutine[Any, Any, RemotingCommand]:
+        """The broker's answer (a coroutine to await: the connection's own, no coroutine of this layer between)."""
+        return self.remoting.invoke(addr, self.sign(cmd, addr), timeout_ms)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         await self.remoting.invoke_oneway(addr, self.sign(cmd, addr))

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from orbitmq.base.errors import RemotingConnectError, RemotingTimeoutError
 from orbitmq.protocol import RemotingCommand
@@ -122,12 +123,17 @@ class RemotingClient:
         if self._conns.get(addr) is conn:
             del self._conns[addr]
 
-    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000) -> RemotingCommand:
+    def invoke(self, addr: str, cmd: RemotingCommand, timeout_ms: int = 3000) -> Coroutine[Any, Any, RemotingCommand]:
+        """The request's answer (a coroutine to await). Connected already: the connection's own invoke() (no
+        coroutine of this layer in between), else connect first."""
         if self._sign is not None:
             self._sign(cmd)
         conn = self._conns.get(addr)
         if conn is not None and not conn.closed and not self._closed:  # hot path: connected already
-            return await conn.invoke(cmd, timeout_ms)
+            return conn.invoke(cmd, timeout_ms)
+        return self._connect_and_invoke(addr, cmd, timeout_ms)
+
+    async def _connect_and_invoke(self, addr: str, cmd: RemotingCommand, timeout_ms: int) -> RemotingCommand:
         loop = asyncio.get_running_loop()
         start = loop.time()
         conn = await self.get_connection(addr, timeout_ms)
