@@ -39,6 +39,8 @@
  *                  result_cls, put_ok)
  *                                    store/commitlog.py append_singles_py: several single-message puts in one
  *                                    pass (records, queue offsets, PutResults, DispatchRequests)
+ *   put_ok_answer(cls, code, head, msg_id, queue_id, queue_offset, opaque, tail)
+ *                                    broker/handlers/send.py put_ok_answer_py: the PUT_OK answer's frame in one buffer
  *   dedup_remember(items, start, table, chunk, put_ok, skip_prefixes, skip_topics)
  *                                    broker/services/dedup.py DedupService.after_put_many_py's loop for the common
  *                                    stored single: (where the Python code goes on, last store time)
@@ -2368,6 +2370,67 @@ done:
     return Py_BuildValue("(nL)", k, (long long)last_ts);
 }
 
+/* ---- put_ok_answer(cls, code, head, msg_id, queue_id, queue_offset, opaque, tail) -> cls | None (API 9) --------
+ * broker/handlers/send.py put_ok_answer_py: cls(code, frame) where frame is the JSON frame of the send handler's
+ * PUT_OK, header = head + msgId + '","queueId":"' + queueId + '","queueOffset":"' + queueOffset
+ * + '"},"flag":1,"language":"JAVA","opaque":' + opaque + ',' + tail (head and tail UTF-8 bytes); None when msg_id is
+ * not an ASCII str or a number is not an int (the Python twin decides). */
+static PyObject *sp_put_ok_answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8 || !PyBytes_CheckExact(args[2]) || !PyBytes_CheckExact(args[7])) {
+        PyErr_SetString(PyExc_TypeError, "put_ok_answer(cls, code, head, msg_id, queue_id, queue_offset, opaque, tail)");
+        return NULL;
+    }
+    PyObject *msg_id = args[3];
+    if (!dd_ascii_str(msg_id) || !PyLong_CheckExact(args[4]) || !PyLong_CheckExact(args[5]) || !PyLong_CheckExact(args[6]))
+        Py_RETURN_NONE;
+    int64_t nums[3];
+    for (int i = 0; i < 3; i++) {
+        int overflow = 0;
+        nums[i] = PyLong_AsLongLongAndOverflow(args[4 + i], &overflow);
+        if (overflow) Py_RETURN_NONE;
+        if (nums[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    static const char q1[] = "\",\"queueId\":\"", q2[] = "\",\"queueOffset\":\"",
+                      q3[] = "\"},\"flag\":1,\"language\":\"JAVA\",\"opaque\":";
+    char digits[3][24];
+    Py_ssize_t dl[3];
+    for (int i = 0; i < 3; i++) dl[i] = dd_itoa(nums[i], digits[i]);
+    Py_ssize_t hl = PyBytes_GET_SIZE(args[2]), il = PyUnicode_GET_LENGTH(msg_id), tl = PyBytes_GET_SIZE(args[7]);
+    Py_ssize_t n = hl + il + (Py_ssize_t)(sizeof q1 - 1) + dl[0] + (Py_ssize_t)(sizeof q2 - 1) + dl[1] +
+                   (Py_ssize_t)(sizeof q3 - 1) + dl[2] + 1 + tl;
+    if (n > 0x00FFFFFF) Py_RETURN_NONE;
+    PyObject *frame = PyBytes_FromStringAndSize(NULL, 8 + n);
+    if (frame == NULL) return NULL;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(frame);
+    uint32_t total = (uint32_t)(4 + n), hdr = (uint32_t)n;
+    w[0] = (unsigned char)(total >> 24); w[1] = (unsigned char)(total >> 16); w[2] = (unsigned char)(total >> 8);
+    w[3] = (unsigned char)total;
+    w[4] = (unsigned char)(hdr >> 24); w[5] = (unsigned char)(hdr >> 16); w[6] = (unsigned char)(hdr >> 8);
+    w[7] = (unsigned char)hdr;
+    w += 8;
+#define PUT(src, len) do { memcpy(w, (src), (size_t)(len)); w += (len); } while (0)
+    PUT(PyBytes_AS_STRING(args[2]), hl);
+    PUT(PyUnicode_DATA(msg_id), il);
+    PUT(q1, sizeof q1 - 1);
+    PUT(digits[0], dl[0]);
+    PUT(q2, sizeof q2 - 1);
+    PUT(digits[1], dl[1]);
+    PUT(q3, sizeof q3 - 1);
+    PUT(digits[2], dl[2]);
+    *w++ = ',';
+    PUT(PyBytes_AS_STRING(args[7]), tl);
+#undef PUT
+    slot_layout *lay = layout_of_slots(args[0], 2);
+    if (lay == NULL) {
+        PyObject *cargs[2] = {args[1], frame};
+        PyObject *r = PyObject_Vectorcall(args[0], cargs, 2, NULL);
+        Py_DECREF(frame);
+        return r;
+    }
+    PyObject *v[2] = {Py_NewRef(args[1]), frame};
+    return slotted_new(lay, v);
+}
+
 static PyMethodDef methods[] = {
     {"crc32", sp_crc32, METH_O, "zlib.crc32(data) (unsigned)."},
     {"java_hash", sp_java_hash, METH_O, "Java String.hashCode over UTF-16 code units, signed 32-bit."},
@@ -2401,6 +2464,8 @@ static PyMethodDef methods[] = {
     {"append_singles", (PyCFunction)(void (*)(void))sp_append_singles, METH_FASTCALL,
      "Several single-message puts written in one pass: (seg, start, end, results, requests), None or "
      "NotImplemented."},
+    {"put_ok_answer", (PyCFunction)(void (*)(void))sp_put_ok_answer, METH_FASTCALL,
+     "The send handler's PUT_OK as cls(code, frame), built in one buffer, or None."},
     {"dedup_remember", (PyCFunction)(void (*)(void))sp_dedup_remember, METH_FASTCALL,
      "De-dup entries of the common stored singles from items[start]: (where Python goes on, last store time)."},
     {NULL, NULL, 0, NULL},

@@ -76,7 +76,7 @@ _PUT_CODES: dict[PutStatus, tuple[int, str | None]] = {
 _SUCCESS = int(ResponseCode.SUCCESS)
 _PUT_OK = PutStatus.PUT_OK
 _FRAME_PREFIX = struct.Struct(">iI")  # frame length after this word, serialize type 0 << 24 | header length
-_OK_TAIL = f'"serializeTypeCurrentRPC":"JSON","version":{CURRENT_VERSION}}}'  # the PUT_OK header's last fields
+_OK_TAIL = f'"serializeTypeCurrentRPC":"JSON","version":{CURRENT_VERSION}}}'.encode()  # PUT_OK's last fields
 _SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
 _decode_header = SendMessageRequestHeader.decode
 _new_command = object.__new__
@@ -92,6 +92,19 @@ def _new_slotted_py(cls: Any, *values: Any) -> Any:
 
 
 _new_slotted = _native.new_slotted if _native is not None else _new_slotted_py
+
+
+def put_ok_answer_py(cls: Any, code: int, head: bytes, msg_id: str, queue_id: int, queue_offset: int, opaque: int,
+                     tail: bytes) -> Any:
+    """cls(code, frame): the JSON frame of a PUT_OK answer (what _response and the encoder give) from the header's
+    fixed start `head` (up to the msgId value) and end `tail` (UTF-8). The twin of the native put_ok_answer, which
+    builds it in one buffer and hands odd values back to this one."""
+    header = (head + f'{msg_id}","queueId":"{queue_id}","queueOffset":"{queue_offset}"}},"flag":1,'
+                     f'"language":"JAVA","opaque":{opaque},'.encode() + tail)
+    return cls(code, _FRAME_PREFIX.pack(4 + len(header), len(header)) + header)
+
+
+_put_ok_answer = _native.put_ok_answer if _native is not None else None
 _H = struct.Struct(">h")
 
 
@@ -161,7 +174,7 @@ class SendProcessor:
         self._hooks_seen: list[Any] | None = None
         self._before_put: tuple[Any, ...] = ()
         self._ok_key: tuple[Any, ...] = ()
-        self._ok_head_text = ""
+        self._ok_head_text = b""
         self._before_plain: tuple[Any, ...] = ()
         self._gate_topics: frozenset[str] = frozenset()
         self._gate_props: frozenset[str] = frozenset()
@@ -342,6 +355,7 @@ class SendProcessor:
             items = [(req, msgs, result) for (_, req, msgs, _), result in zip(pending, results, strict=True)]
             failed = self._after_puts_of(conn, items)
             head = self._ok_head()
+            native_ok = _put_ok_answer
             counted: list[tuple[PutResult, MessageInner]] = []
             for k, ((i, req, msgs, queue_id), result) in enumerate(zip(pending, results, strict=True)):
                 if failed is not None and failed[k] is not None:
@@ -350,11 +364,12 @@ class SendProcessor:
                 try:
                     if result.status is _PUT_OK and head and req.serialize_type == 0:
                         # _response's PUT_OK, encoded from its template (the same frame: test_send_group.py)
-                        header = (f'{head}{result.msg_ids[0]}","queueId":"{queue_id}","queueOffset":'
-                                  f'"{result.queue_offset}"}},"flag":1,"language":"JAVA","opaque":{req.opaque},'
-                                  f'{_OK_TAIL}').encode()
-                        out[i] = _new_slotted(EncodedResponse, _SUCCESS,
-                                              _FRAME_PREFIX.pack(4 + len(header), len(header)) + header)
+                        ans = None if native_ok is None else native_ok(
+                            EncodedResponse, _SUCCESS, head, result.msg_ids[0], queue_id, result.queue_offset,
+                            req.opaque, _OK_TAIL)
+                        out[i] = ans if ans is not None else put_ok_answer_py(
+                            EncodedResponse, _SUCCESS, head, result.msg_ids[0], queue_id, result.queue_offset,
+                            req.opaque, _OK_TAIL)
                         counted.append((result, msgs[0]))
                     else:
                         out[i] = self._response(req, result, queue_id, msgs[0])
@@ -364,16 +379,16 @@ class SendProcessor:
                 self.ctx.stats.on_put_singles(counted)
         pending.clear()
 
-    def _ok_head(self) -> str:
-        """The start of a PUT_OK response header up to its msgId value (the part every answer shares), or "" when
-        the config holds text that JSON would escape (then _response builds the answer)."""
+    def _ok_head(self) -> bytes:
+        """The start of a PUT_OK response header up to its msgId value (the part every answer shares, UTF-8), or
+        b"" when the config holds text that JSON would escape (then _response builds the answer)."""
         cfg = self.ctx.config
         key = (cfg.region_id, cfg.trace_on)
         if key != self._ok_key:
             region = cfg.region_id
             self._ok_head_text = (f'{{"code":0,"extFields":{{"MSG_REGION":"{region}","TRACE_ON":'
-                                  f'"{"true" if cfg.trace_on else "false"}","msgId":"'
-                                  if is_plain_json_text(region) else "")
+                                  f'"{"true" if cfg.trace_on else "false"}","msgId":"'.encode()
+                                  if is_plain_json_text(region) else b"")
             self._ok_key = key
         return self._ok_head_text
 
