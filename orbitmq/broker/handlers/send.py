@@ -74,6 +74,7 @@ _PUT_CODES: dict[PutStatus, tuple[int, str | None]] = {
 }
 
 _SUCCESS = int(ResponseCode.SUCCESS)
+_UNIQ_KEY = Prop.UNIQ_KEY
 _PUT_OK = PutStatus.PUT_OK
 _FRAME_PREFIX = struct.Struct(">iI")  # frame length after this word, serialize type 0 << 24 | header length
 _OK_TAIL = f'"serializeTypeCurrentRPC":"JSON","version":{CURRENT_VERSION}}}'.encode()  # PUT_OK's last fields
@@ -293,30 +294,38 @@ class SendProcessor:
         out: list[Any] = [None] * len(reqs)
         pending: list[tuple[int, RemotingCommand, list[MessageInner], int]] = []
         keys: set[str] = set()
+        prepare = self._prepare
+        gate_topics, gate_props = self._gate_topics, self._gate_props
+        before_all, before_plain = self._before_put, self._before_plain
         for i, req in enumerate(reqs):
             try:
-                prepared = self._prepare(conn, req)
+                prepared = prepare(conn, req)
                 if type(prepared) is not tuple:
                     out[i] = prepared
                     continue
                 msgs, queue_id = prepared
-                uniq = msgs[0].properties.get(Prop.UNIQ_KEY) if len(msgs) == 1 else None
-                if len(msgs) != 1 or uniq in keys:
+                single = len(msgs) == 1
+                if single:
+                    m = msgs[0]
+                    props = m.properties
+                    uniq = props.get(_UNIQ_KEY)
+                    # _befores, inlined: a single outside every gate needs only the ungated hooks
+                    befores = before_plain if m.topic not in gate_topics and gate_props.isdisjoint(props) else before_all
+                    if uniq in keys:
+                        self._put_pending(conn, pending, out)
+                        keys.clear()
+                else:
+                    uniq, befores = None, before_all
                     self._put_pending(conn, pending, out)
                     keys.clear()
                 early = None
-                befores = self._before_put
-                if len(msgs) == 1:  # _befores, inlined
-                    m = msgs[0]
-                    if m.topic not in self._gate_topics and self._gate_props.isdisjoint(m.properties):
-                        befores = self._before_plain
                 for before in befores:
                     early = before(conn, req, msgs)
                     if early is not None:
                         break
                 if early is not None:
                     out[i] = early
-                elif len(msgs) != 1:
+                elif not single:
                     out[i] = self._put(conn, req, msgs, queue_id, True)
                 else:
                     pending.append((i, req, msgs, queue_id))
