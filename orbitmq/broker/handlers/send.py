@@ -241,10 +241,12 @@ class SendProcessor:
                 return self._before_plain
         return self._before_put
 
-    def _prepare(self, conn: Any, req: RemotingCommand) -> tuple[list[MessageInner], int] | RemotingCommand:
-        """The request's messages and the queue id to answer with, or the refusal to send instead."""
+    def _prepare(self, conn: Any, req: RemotingCommand, admitted: bool = False
+                 ) -> tuple[list[MessageInner], int] | RemotingCommand:
+        """The request's messages and the queue id to answer with, or the refusal to send instead. `admitted`: the
+        store's admission was checked for this request's read already."""
         try:
-            busy = self.ctx.store.admission_remark()  # SYSTEM_BUSY while the disk is too slow (#12.4)
+            busy = None if admitted else self.ctx.store.admission_remark()  # SYSTEM_BUSY: the disk is too slow
             if busy is not None:
                 raise SendReject(ResponseCode.SYSTEM_BUSY, busy)
             raw = req.ext_fields  # the header, decoded and range-checked once: the common V2 shape in one call
@@ -295,11 +297,13 @@ class SendProcessor:
         pending: list[tuple[int, RemotingCommand, list[MessageInner], int]] = []
         keys: set[str] = set()
         prepare = self._prepare
+        # admission control once for the read (the requests arrived together): a busy store refuses each on its own
+        admitted = self.ctx.store.admission_remark() is None
         gate_topics, gate_props = self._gate_topics, self._gate_props
         before_all, before_plain = self._before_put, self._before_plain
         for i, req in enumerate(reqs):
             try:
-                prepared = prepare(conn, req)
+                prepared = prepare(conn, req, admitted)
                 if type(prepared) is not tuple:
                     out[i] = prepared
                     continue

@@ -274,3 +274,26 @@ def test_the_put_ok_template_follows_the_config(tmp_path: Any, region: str, trac
         code, remark, ext = _answer(a)
         assert (code, remark) == (int(ResponseCode.SUCCESS), None)
         assert (ext["MSG_REGION"], ext["TRACE_ON"]) == (region, "true" if trace_on else "false")
+
+
+def test_admission_is_checked_once_per_read_and_a_busy_store_refuses_each(tmp_path: Any,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = make_ctx(tmp_path, "ASYNC_FLUSH")
+    proc = SendProcessor(ctx)
+    conn = FakeConn()
+    calls: list[str | None] = []
+    remark: list[str | None] = [None]
+
+    def admission() -> str | None:
+        calls.append(remark[0])
+        return remark[0]
+
+    monkeypatch.setattr(ctx.store, "admission_remark", admission)
+    reqs = [_single("TopicA", q, f"A{q}", b"x") for q in range(3)]
+    assert [r.code for r in proc.dispatch_group(conn, reqs)] == [int(ResponseCode.SUCCESS)] * 3
+    assert len(calls) == 1  # one check for the read
+    remark[0] = "[PCBUSY_CLEAN_QUEUE]broker busy"
+    end = ctx.store.max_phys_offset
+    busy = proc.dispatch_group(conn, [_single("TopicA", q, f"B{q}", b"y") for q in range(3)])
+    assert [(r.code, r.remark) for r in busy] == [(int(ResponseCode.SYSTEM_BUSY), remark[0])] * 3
+    assert ctx.store.max_phys_offset == end  # nothing stored
