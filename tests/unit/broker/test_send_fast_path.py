@@ -20,9 +20,21 @@ from orbitmq.broker.metadata.offsets import ConsumerOffsetManager
 from orbitmq.broker.metadata.topics import TopicConfigManager
 from orbitmq.broker.stats import BrokerStats
 from orbitmq.model.properties import encode_properties
-from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, to_send_v2
+from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, encode_frame, to_send_v2
+from orbitmq.protocol.frame import EncodedResponse
 from orbitmq.remoting.connection import DEFERRED
 from orbitmq.store import MessageStore, StoreConfig
+
+
+def answer_of(r: object) -> RemotingCommand:
+    """dispatch()'s synchronous answer as a command: a PUT_OK comes as its encoded frame (EncodedResponse), which
+    must be exactly what the encoder gives for the command it holds."""
+    if type(r) is EncodedResponse:
+        cmd = r.decode()
+        assert r.frame == encode_frame(cmd) and r.code == cmd.code
+        return cmd
+    assert isinstance(r, RemotingCommand), r
+    return r
 
 
 class FakeConn:
@@ -81,8 +93,7 @@ def test_async_flush_answers_synchronously_sync_flush_after_group_commit(tmp_pat
             tasks_before = asyncio.all_tasks()
             r = proc.dispatch(conn, req)
             if flush == "ASYNC_FLUSH":
-                assert isinstance(r, RemotingCommand)  # no coroutine, no task
-                resp = r
+                resp = answer_of(r)  # no coroutine, no task
             else:
                 assert r is DEFERRED and not inspect.iscoroutine(r)
                 assert conn.replies == []  # not before the group commit
@@ -98,7 +109,7 @@ def test_async_flush_answers_synchronously_sync_flush_after_group_commit(tmp_pat
             assert resp.ext_fields["queueOffset"] == "1" and resp.ext_fields["msgId"]
             # WAIT=false never waits, even in SYNC_FLUSH
             r2 = proc.dispatch(FakeConn(), send_req("T1", {"WAIT": "false"}))
-            assert isinstance(r2, RemotingCommand) and r2.ext_fields["queueOffset"] == "2"
+            assert answer_of(r2).ext_fields["queueOffset"] == "2"
             # the coroutine form gives the same kind of answer
             r3 = await proc.handle(FakeConn(), send_req("T1"))
             assert r3.code == ResponseCode.SUCCESS and r3.ext_fields["queueOffset"] == "3"

@@ -11,7 +11,7 @@ import pytest
 from orbitmq.broker.handlers.send import SendProcessor
 from orbitmq.model.properties import encode_properties
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, to_send_v2
-from tests.unit.broker.test_send_fast_path import FakeConn, make_ctx
+from tests.unit.broker.test_send_fast_path import FakeConn, answer_of, make_ctx
 
 
 class Recorder:
@@ -74,8 +74,7 @@ def _run(tmp_path, name: str, code: RequestCode, ext: dict[str, Any]) -> tuple[A
     rec = Recorder()
     ctx.send_hooks.append(rec)
     try:
-        r = SendProcessor(ctx).dispatch(FakeConn(), RemotingCommand.request(code, ext, b"body"))
-        assert isinstance(r, RemotingCommand)
+        r = answer_of(SendProcessor(ctx).dispatch(FakeConn(), RemotingCommand.request(code, ext, b"body")))
         return (r.code, r.remark, r.ext_fields, r.flag), rec.msgs
     finally:
         asyncio.run(ctx.store.shutdown())
