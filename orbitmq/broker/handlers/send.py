@@ -118,12 +118,6 @@ class SendReject(Exception):
         self.remark = remark
 
 
-def _admit(store: Any) -> None:
-    """Refuse a send with SYSTEM_BUSY and RocketMQ's flow-control remark while the store is too slow to take it."""
-    if (busy := store.admission_remark()) is not None:
-        raise SendReject(ResponseCode.SYSTEM_BUSY, busy)
-
-
 def decode_batch_body(body: bytes | memoryview) -> list[tuple[int, bytes, str]]:
     """SEND_BATCH_MESSAGE body (§4.7) -> [(flag, body, properties string)]. Raises ValueError if malformed.
     The native splitter when built (one call per batch); any malformed body goes to the Python twin, which
