@@ -248,19 +248,6 @@ def test_admission_control_can_be_switched_off() -> None:
     asyncio.run(main())
 
 
-def test_send_handler_answers_system_busy() -> None:
-    from orbitmq.broker.handlers.send import SendReject, _admit
-    from orbitmq.protocol.codes import ResponseCode
-
-    class Busy:
-        def admission_remark(self) -> str:
-            return "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: 5ms, size of queue: 1"
-
-    with pytest.raises(SendReject) as e:
-        _admit(Busy())
-    assert e.value.code == ResponseCode.SYSTEM_BUSY == 2 and e.value.remark.startswith("[PCBUSY_CLEAN_QUEUE]")
-
-
 def test_consume_queue_file_creation_failure_undoes_the_put(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     async def main() -> None:
         s = MessageStore(cfg(str(tmp_path)))
