@@ -2483,24 +2483,24 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     struct_error = PyObject_GetAttrString(st, "error");
     Py_DECREF(st);
     if (struct_error == NULL) return NULL;
-    str_body = PyUnicode_InternFromString("body");
-    str_flag = PyUnicode_InternFromString("flag");
-    str_sys_flag = PyUnicode_InternFromString("sys_flag");
-    str_born_ts = PyUnicode_InternFromString("born_timestamp");
-    str_reconsume = PyUnicode_InternFromString("reconsume_times");
-    str_prepared = PyUnicode_InternFromString("prepared_transaction_offset");
+    /* the attribute and property names the native code looks up, interned once */
+    static const struct {
+        PyObject **slot;
+        const char *text;
+    } names[] = {
+        {&str_body, "body"}, {&str_flag, "flag"}, {&str_sys_flag, "sys_flag"}, {&str_born_ts, "born_timestamp"},
+        {&str_reconsume, "reconsume_times"}, {&str_prepared, "prepared_transaction_offset"}, {&str_topic, "topic"},
+        {&str_queue_id, "queue_id"}, {&str_born_host, "born_host"}, {&str_store_host, "store_host"},
+        {&str_properties, "properties"}, {&str_tags, "TAGS"}, {&str_keys, "KEYS"}, {&str_uniq_key, "UNIQ_KEY"},
+        {&str_status, "status"}, {&str_msg_ids, "msg_ids"}, {&str_store_ts, "store_timestamp"},
+        {&str_queue_offset, "queue_offset"}, {&str_ext_fields, "ext_fields"}, {&str_entries, "entries"},
+        {&str_tail_attr, "tail"}, {&str_real_topic, "REAL_TOPIC"}, {&str_producer_group, "producerGroup"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
     not_v6 = PyLong_FromLong(~(long)(BORNHOST_V6 | STOREHOST_V6));
-    if (!str_body || !str_flag || !str_sys_flag || !str_born_ts || !str_reconsume || !str_prepared || !not_v6)
-        return NULL;
-    str_topic = PyUnicode_InternFromString("topic");
-    str_queue_id = PyUnicode_InternFromString("queue_id");
-    str_born_host = PyUnicode_InternFromString("born_host");
-    str_store_host = PyUnicode_InternFromString("store_host");
-    str_properties = PyUnicode_InternFromString("properties");
-    str_tags = PyUnicode_InternFromString("TAGS");
-    str_keys = PyUnicode_InternFromString("KEYS");
-    str_uniq_key = PyUnicode_InternFromString("UNIQ_KEY");
     int_one = PyLong_FromLong(1);
+    if (!not_v6 || !int_one) return NULL;
     static const char *const known[] = {"code", "extFields", "flag", "language", "opaque", "remark",
                                         "serializeTypeCurrentRPC", "version", "producerGroup", "topic",
                                         "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
@@ -2512,21 +2512,6 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         char k[2] = {(char)c, 0};
         if ((one_char_keys[c] = PyUnicode_InternFromString(k)) == NULL) return NULL;
     }
-    if (!str_topic || !str_queue_id || !str_born_host || !str_store_host || !str_properties || !str_tags ||
-        !str_keys || !str_uniq_key || !int_one)
-        return NULL;
-    str_status = PyUnicode_InternFromString("status");
-    str_msg_ids = PyUnicode_InternFromString("msg_ids");
-    str_store_ts = PyUnicode_InternFromString("store_timestamp");
-    str_queue_offset = PyUnicode_InternFromString("queue_offset");
-    str_ext_fields = PyUnicode_InternFromString("ext_fields");
-    str_entries = PyUnicode_InternFromString("entries");
-    str_tail_attr = PyUnicode_InternFromString("tail");
-    str_real_topic = PyUnicode_InternFromString("REAL_TOPIC");
-    str_producer_group = PyUnicode_InternFromString("producerGroup");
-    if (!str_status || !str_msg_ids || !str_store_ts || !str_queue_offset || !str_ext_fields || !str_entries ||
-        !str_tail_attr || !str_real_topic || !str_producer_group)
-        return NULL;
     PyObject *m = PyModule_Create(&module);
     /* native.py loads the module only when this matches its API_VERSION: a stale build from an older source
      * (an editable install not rebuilt) is ignored instead of missing functions. Bump it with every change of a
