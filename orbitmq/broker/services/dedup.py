@@ -383,25 +383,16 @@ class DedupService:
         status = result.status
         if (status is not _PUT_OK and status not in STORED_STATUSES) or not msgs:  # `is` first: Enum hashing is slow
             return
-        ext = req.ext_fields or {}
-        group = ext.get("producerGroup") or ext.get("a") or ""
         ts = result.store_timestamp or self.env.clock.now_ms()
         ids = result.msg_ids
         table = self.table
         if len(msgs) == 1:  # a single send: the loop below for one message, without its per-run set-up
-            m = msgs[0]
-            props = m.properties
-            uniq = props.get(_UNIQ_KEY)
-            if uniq is not None and ids:
-                topic = m.topic
-                real = props.get(_REAL_TOPIC)
-                if (m.reconsume_times <= 0 and not topic.startswith(_SKIP_PREFIXES) and topic not in _SKIP_TOPICS
-                        and (real is None or not real.startswith(_SKIP_PREFIXES))):
-                    qid = m.queue_id if real is None else _response_queue_id(props, m.queue_id)
-                    table.put(f"{uniq}{SEP}{real or topic}",
-                              f"{ts}{SEP}{qid}{SEP}{result.queue_offset}{SEP}{ids[0]}{SEP}{group}")
+            if ids:
+                self._remember_single(req, msgs[0], result, ts)
             table.evict(ts)
             return
+        ext = req.ext_fields or {}
+        group = ext.get("producerGroup") or ext.get("a") or ""
         put = table.put
         first = msgs[0]
         qid = _response_queue_id(first.properties, first.queue_id)
@@ -478,22 +469,26 @@ class DedupService:
             self.after_put(conn, req, msgs, result)
             return -1
         ts = result.store_timestamp or self.env.clock.now_ms()
-        m = msgs[0]
+        self._remember_single(req, msgs[0], result, ts)
+        return ts
+
+    def _remember_single(self, req: RemotingCommand, m: Any, result: Any, ts: int) -> None:
+        """Put the entry of stored single message `m` (result.msg_ids not empty) at store time `ts`, unless it has no
+        UNIQ_KEY or de-dup skips it (a consumer retry, a system topic); no eviction."""
         props = m.properties
         uniq = props.get(_UNIQ_KEY)
         if uniq is None:
-            return ts
+            return
         topic = m.topic
         real = props.get(_REAL_TOPIC)
         if (m.reconsume_times > 0 or topic.startswith(_SKIP_PREFIXES) or topic in _SKIP_TOPICS
                 or (real is not None and real.startswith(_SKIP_PREFIXES))):
-            return ts
+            return
         ext = req.ext_fields or {}
         group = ext.get("producerGroup") or ext.get("a") or ""
         qid = m.queue_id if real is None else _response_queue_id(props, m.queue_id)
         self.table.put(f"{uniq}{SEP}{real or topic}",
                        f"{ts}{SEP}{qid}{SEP}{result.queue_offset}{SEP}{result.msg_ids[0]}{SEP}{group}")
-        return ts
 
     def after_put_many_py(self, conn: Any, items: list[tuple[RemotingCommand, list[Any], Any]]
                           ) -> list[BaseException | None] | None:
