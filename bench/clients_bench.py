@@ -9,10 +9,13 @@ the local NATS server (JetStream file stream, nats://127.0.0.1:4222), `--message
                   (bench/load_worker.py)
   sdk_c8          in this process, 8 concurrent senders each waiting for its ack: the OrbitMQ SDK Producer.send /
                   nats-py js.publish (bench/workloads.closed_loop_send, as `python -m bench`)
+  sdk_c8_id       as sdk_c8, each NATS publish with a unique Nats-Msg-Id, so that JetStream de-duplicates as OrbitMQ
+                  does by default with the UNIQ_KEY every RocketMQ client sets (not in the default rows)
   batch           batches of 32, 8 senders (bench/workloads.batch_send)
 Then everything produced is consumed (OrbitMQ PushConsumer / a JetStream pull consumer). Per row: broker (or
 nats-server) CPU seconds (utime+stime) per million messages produced in that row plus the per-message CPU of the
 consume phase — the issue's "CPU per million messages produced and consumed".
+`--orbitmq-set KEY=VALUE` (repeatable) adds a broker.conf setting, e.g. dedupEnable=false.
 `--warm-gib G` (default 2) first touches and frees G GiB of memory, so that neither system pays a fresh virtual
 machine's first touches of its pages (bench/machine.py); 0 skips it.
 `--repeat N` runs N rounds, the two systems in alternating order (OrbitMQ first, then NATS first, ...), so that a
@@ -31,7 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import perf_counter
 
 if __package__ in (None, ""):  # run as a script: make `bench` and `orbitmq` importable from the repo root
@@ -44,6 +47,7 @@ from bench.workloads import PhaseResult, _result, batch_send, closed_loop_send, 
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "load_worker.py")
 ROWS = ("cpp_p2", "cpp_p8", "sdk_c8", "batch")
+MORE_ROWS = ("sdk_c8_id",)
 READY_TIMEOUT_S = 60.0
 ROW_TIMEOUT_S = 600.0
 
@@ -59,6 +63,7 @@ class Options:
     out: str = ""
     repeat: int = 1
     warm_gib: float = 2.0
+    broker_conf: dict[str, str] = field(default_factory=dict)  # --orbitmq-set
 
 
 async def _spawn(kind: str, args: dict, env: dict[str, str]) -> asyncio.subprocess.Process:
@@ -130,8 +135,8 @@ async def run_system(system: str, opts: Options) -> dict:
             if row.startswith("cpp_p"):
                 res, n = await process_phase(row, kind, int(row[5:]), opts.messages, args, pid, env)
                 written += n
-            elif row == "sdk_c8":
-                res = await closed_loop_send(row, driver, opts.messages, 8, body, Meter())
+            elif row in ("sdk_c8", "sdk_c8_id"):
+                res = await closed_loop_send(row, driver, opts.messages, 8, body, Meter(), with_id=row == "sdk_c8_id")
                 written += res.messages
             else:
                 res = await batch_send(row, driver, opts.messages, 32, 8, body, Meter())
@@ -157,7 +162,8 @@ async def run_system(system: str, opts: Options) -> dict:
 
 def render(results: list[dict], opts: Options) -> str:
     by = {r["system"]: r for r in results}
-    lines = [f"{opts.messages:,} messages per row, {opts.size} B; server CPU s per million produced + consumed",
+    conf = f"; OrbitMQ broker with {', '.join(f'{k}={v}' for k, v in opts.broker_conf.items())}" if opts.broker_conf else ""
+    lines = [f"{opts.messages:,} messages per row, {opts.size} B; server CPU s per million produced + consumed{conf}",
              "", "| row | OrbitMQ msgs/s | NATS msgs/s | OrbitMQ CPU s/M | NATS CPU s/M | ratio |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for row in opts.rows:
@@ -200,7 +206,9 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p = argparse.ArgumentParser(prog="python -m bench.clients_bench", description=__doc__.splitlines()[0])
     p.add_argument("--messages", type=int, default=Options.messages, help="timed messages per row")
     p.add_argument("--size", type=int, default=Options.size)
-    p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {','.join(ROWS)}")
+    p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {','.join(ROWS + MORE_ROWS)}")
+    p.add_argument("--orbitmq-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker.conf setting for the OrbitMQ broker (repeatable), e.g. dedupEnable=false")
     p.add_argument("--nats-url", default=Options.nats_url)
     p.add_argument("--out", default="", help="also write the results as JSON to this file")
     p.add_argument("--repeat", type=int, default=1, help="rounds, the two systems in alternating order")
@@ -208,15 +216,18 @@ def parse_args(argv: list[str] | None = None) -> Options:
                    help="GiB of memory to touch and free before the rounds (0: none)")
     ns = p.parse_args(argv)
     rows = tuple(r.strip() for r in ns.rows.split(",") if r.strip())
-    bad = [r for r in rows if r not in ROWS and not (r.startswith("cpp_p") and r[5:].isdigit())]
+    bad = [r for r in rows if r not in ROWS + MORE_ROWS and not (r.startswith("cpp_p") and r[5:].isdigit())]
     if bad or not rows:
-        p.error(f"--rows: choose from {','.join(ROWS)} (or cpp_p<N>), got {ns.rows!r}")
+        p.error(f"--rows: choose from {','.join(ROWS + MORE_ROWS)} (or cpp_p<N>), got {ns.rows!r}")
+    if any("=" not in kv or not kv.split("=", 1)[0] for kv in ns.orbitmq_set):
+        p.error(f"--orbitmq-set: KEY=VALUE, got {ns.orbitmq_set!r}")
     if ns.repeat < 1:
         p.error(f"--repeat: at least 1, got {ns.repeat}")
     if ns.warm_gib < 0:
         p.error(f"--warm-gib: at least 0, got {ns.warm_gib}")
     return Options(messages=ns.messages, size=ns.size, rows=rows, nats_url=ns.nats_url, out=ns.out,
-                   repeat=ns.repeat, warm_gib=ns.warm_gib)
+                   repeat=ns.repeat, warm_gib=ns.warm_gib,
+                   broker_conf=dict(kv.split("=", 1) for kv in ns.orbitmq_set))
 
 
 async def main_async(opts: Options) -> list[list[dict]]:

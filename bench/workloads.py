@@ -65,10 +65,11 @@ def _record_error(meter: Meter, exc: BaseException, errors: list[str]) -> None:
 
 
 async def closed_loop_send(name: str, driver: Driver, count: int, concurrency: int, body: bytes,
-                           meter: Meter, auto_batch: bool = False) -> PhaseResult:
+                           meter: Meter, auto_batch: bool = False, with_id: bool = False) -> PhaseResult:
     """`concurrency` senders, each waiting for the broker's ack before sending its next message (through the
-    driver's auto-batching client when `auto_batch`)."""
-    send = driver.send_auto if auto_batch else driver.send
+    driver's auto-batching client when `auto_batch`; each with a unique id the server de-duplicates by when
+    `with_id`)."""
+    send = driver.send_auto if auto_batch else driver.send_with_id if with_id else driver.send
     size = len(body)
     lat = Latencies()
     samples = lat.samples

@@ -34,6 +34,11 @@ class Driver:
         """Send one message and wait until the system acknowledges it as stored."""
         raise NotImplementedError
 
+    async def send_with_id(self, body: bytes) -> None:
+        """As send(), with a unique message id the server de-duplicates retries by (the default: send(), for a
+        client that always gives one, as RocketMQ's UNIQ_KEY)."""
+        await self.send(body)
+
     async def send_batch(self, bodies: list[bytes]) -> None:
         """Send several messages in one go and wait until all are acknowledged."""
         raise NotImplementedError

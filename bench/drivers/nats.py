@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
@@ -36,6 +37,11 @@ class NatsDriver(Driver):
 
     async def send(self, body: bytes) -> None:
         await self._js.publish(self._subject, body)
+
+    async def send_with_id(self, body: bytes) -> None:
+        # Nats-Msg-Id: JetStream remembers it for the stream's duplicate window (2 min by default) and answers a
+        # second publish of it as a duplicate, as OrbitMQ does with a RocketMQ message's UNIQ_KEY
+        await self._js.publish(self._subject, body, headers={"Nats-Msg-Id": uuid.uuid4().hex})
 
     async def send_batch(self, bodies: list[bytes]) -> None:
         publish_async = self._js.publish_async

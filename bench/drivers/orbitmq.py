@@ -41,6 +41,7 @@ class OrbitDriver(Driver):
         self.durability = DURABILITY[mode]
         self.queues = int(getattr(options, "queues", 8))
         self.keep_data = bool(getattr(options, "keep_data", False))
+        self.broker_conf: dict[str, str] = dict(getattr(options, "broker_conf", {}))  # more broker.conf settings
         self._dir = Path(tempfile.mkdtemp(prefix=f"orbitmq-bench-{mode}-"))
         self._proc: ServerProcess | None = None
         self._producer: Producer | None = None
@@ -57,7 +58,7 @@ class OrbitDriver(Driver):
             "brokerClusterName": "BenchCluster", "brokerName": "bench-broker", "brokerIP1": "127.0.0.1",
             "listenPort": broker_port, "namesrvAddr": f"127.0.0.1:{ns_port}", "storePathRootDir": str(store),
             "flushDiskType": FLUSH[self.mode], "autoCreateTopicEnable": "true",
-            "defaultTopicQueueNums": self.queues,
+            "defaultTopicQueueNums": self.queues, **self.broker_conf,
         })
         log = self._dir / "broker.log"
         self._proc = ServerProcess([sys.executable, "-m", "orbitmq.cli.main", "--log-level", "WARNING",

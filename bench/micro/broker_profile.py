@@ -94,7 +94,8 @@ async def drive(ns: argparse.Namespace) -> None:
     conf = write_conf(work / "broker.conf", {
         "brokerClusterName": "ProfCluster", "brokerName": "prof-broker", "brokerIP1": "127.0.0.1",
         "listenPort": port, "namesrvAddr": f"127.0.0.1:{ns_port}", "storePathRootDir": str(work / "store"),
-        "flushDiskType": "ASYNC_FLUSH", "autoCreateTopicEnable": "true", "defaultTopicQueueNums": 8})
+        "flushDiskType": "ASYNC_FLUSH", "autoCreateTopicEnable": "true", "defaultTopicQueueNums": 8,
+        **dict(kv.split("=", 1) for kv in ns.set)})
     out = ns.out or str(work / "broker.prof")
     cmd = [sys.executable, __file__, "--serve", out, "--log-level", "WARNING", "standalone", "-c", str(conf),
            "--namesrv-port", str(ns_port)]
@@ -177,6 +178,8 @@ def main() -> None:
     p.add_argument("--out", default="", help="keep the stats file here")
     p.add_argument("--top", type=int, default=30, help="rows of each listing")
     p.add_argument("--no-profile", action="store_true", help="the load and broker CPU only")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker.conf setting (repeatable), e.g. --set dedupEnable=false")
     p.add_argument("--gc0", type=int, default=0, help="the broker's gen-0 GC threshold (default: Python's)")
     asyncio.run(drive(p.parse_args()))
 

@@ -77,3 +77,26 @@ def test_warm_memory_touches_and_frees(tmp_path: Path) -> None:
     assert warm_memory(0) == 0.0
     assert warm_memory(1 / 256) > 0.0  # 4 MiB
     assert page_fault_cost(str(tmp_path / "f"), mib=1) > 0.0
+
+
+def test_orbitmq_settings_and_the_msg_id_row_are_parsed_and_checked() -> None:
+    opts = parse_args(["--rows", "sdk_c8,sdk_c8_id", "--orbitmq-set", "dedupEnable=false",
+                       "--orbitmq-set", "x=a=b"])
+    assert opts.rows == ("sdk_c8", "sdk_c8_id")
+    assert opts.broker_conf == {"dedupEnable": "false", "x": "a=b"}
+    assert parse_args([]).broker_conf == {}
+    for bad in (["--orbitmq-set", "dedupEnable"], ["--orbitmq-set", "=1"], ["--rows", "sdk_c9"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
+
+
+def test_the_orbitmq_driver_takes_the_settings_for_its_broker_conf() -> None:
+    from bench.drivers.orbitmq import OrbitDriver
+
+    d = OrbitDriver("async", parse_args(["--orbitmq-set", "dedupEnable=false"]))
+    try:
+        assert d.broker_conf == {"dedupEnable": "false"}
+    finally:
+        import shutil
+
+        shutil.rmtree(d._dir, ignore_errors=True)
