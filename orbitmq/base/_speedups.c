@@ -568,6 +568,34 @@ static PyObject *sp_decode_send_v2(PyObject *self, PyObject *const *args, Py_ssi
     return h;
 }
 
+/* ---- short strings seen again and again ------------------------------------------------------------ */
+/* The short values of request headers and the names and short values of message properties repeat from one
+ * request to the next (a topic, a group, "0", "false", "JAVA", UNIQ_KEY, TAGS): small_ascii gives the str of
+ * p[0..n) (ASCII) from a direct-mapped cache of the last one seen per slot instead of a new one each
+ * time. Long strings and long runs of digits (timestamps, offsets) are not cached: they seldom repeat, and would
+ * push out the ones that do. Strings are immutable, so sharing one is invisible to the caller. */
+#define SCACHE_SLOTS 512
+#define SCACHE_MAXLEN 24
+static PyObject *scache[SCACHE_SLOTS];
+
+static PyObject *small_ascii(const unsigned char *p, Py_ssize_t n) {
+    if (n > SCACHE_MAXLEN || n == 0) return PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, p, n);
+    uint32_t h = 2166136261u;
+    int digits = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        h = (h ^ p[i]) * 16777619u;
+        digits &= p[i] >= '0' && p[i] <= '9';
+    }
+    if (digits && n > 4) return PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, p, n);
+    PyObject **slot = &scache[(h ^ (h >> 15)) & (SCACHE_SLOTS - 1)];
+    PyObject *c = *slot;
+    if (c != NULL && PyUnicode_GET_LENGTH(c) == n && memcmp(PyUnicode_1BYTE_DATA(c), p, (size_t)n) == 0)
+        return Py_NewRef(c);
+    PyObject *s = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, p, n);
+    if (s != NULL) Py_XSETREF(*slot, Py_NewRef(s));
+    return s;
+}
+
 /* ---- properties: name \x01 value \x02 ... ------------------------------------------------------------ */
 static PyObject *decode_props_text(PyObject *text) {
     PyObject *out = PyDict_New();
@@ -575,6 +603,7 @@ static PyObject *decode_props_text(PyObject *text) {
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
+    int ascii = PyUnicode_IS_ASCII(text);
     Py_ssize_t start = 0;
     while (start <= n) {
         /* one segment [start, end): up to the next \x02 */
@@ -586,8 +615,14 @@ static PyObject *decode_props_text(PyObject *text) {
             end++;
         }
         if (sep > start && sep < end - 1) {
-            PyObject *k = PyUnicode_Substring(text, start, sep);
-            PyObject *v = k ? PyUnicode_Substring(text, sep + 1, end) : NULL;
+            PyObject *k, *v;
+            if (ascii) { /* names and short values from the cache */
+                k = small_ascii((const unsigned char *)data + start, sep - start);
+                v = k ? small_ascii((const unsigned char *)data + sep + 1, end - sep - 1) : NULL;
+            } else {
+                k = PyUnicode_Substring(text, start, sep);
+                v = k ? PyUnicode_Substring(text, sep + 1, end) : NULL;
+            }
             if (v == NULL || PyDict_SetItem(out, k, v) < 0) {
                 Py_XDECREF(k);
                 Py_XDECREF(v);
@@ -1880,7 +1915,7 @@ static PyObject *js_string(jscan *s, int key) {
                 if (PyUnicode_GET_LENGTH(known_keys[i]) == n && memcmp(PyUnicode_DATA(known_keys[i]), start, (size_t)n) == 0)
                     return Py_NewRef(known_keys[i]);
         }
-        out = ascii ? PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, start, n)
+        out = ascii ? (key ? PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, start, n) : small_ascii(start, n))
                     : PyUnicode_DecodeUTF8((const char *)start, n, "strict");
     } else if (ascii && !key) { /* escapes in an ASCII string: written straight into the str when all ASCII */
         out = PyUnicode_New(q - start, 127);
