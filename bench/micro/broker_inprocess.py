@@ -4,6 +4,7 @@
     .venv/bin/python bench/micro/broker_inprocess.py --callgrind         # instructions per request (valgrind)
     .venv/bin/python bench/micro/broker_inprocess.py --per-read 1        # the C++ client's shape: one per read
     .venv/bin/python bench/micro/broker_inprocess.py --no-dedup          # the broker with dedupEnable=false
+    .venv/bin/python bench/micro/broker_inprocess.py --batch 32          # SEND_BATCH_MESSAGE of 32 (per message)
     .venv/bin/python bench/micro/broker_inprocess.py --callgrind --keep cg.out   # and keep the dump to annotate
 
 A real `Broker` (every service and send hook, a real store in a temporary folder, ASYNC_FLUSH) is started on the
@@ -38,7 +39,30 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # request_ops (the frames and the transport stub)
 
 
-async def _serve(messages: int, rounds: int, per_read: int, dedup: bool, marks: str | None) -> list[float]:
+def _batch_frames(n: int, size: int) -> list[bytes]:
+    """n SEND_BATCH_MESSAGE frames of `size` 1 KiB messages each, as the SDK's send_batch writes them."""
+    from orbitmq.client.producer import encode_batch_body
+    from orbitmq.model import Message
+    from orbitmq.model.properties import encode_properties
+    from orbitmq.protocol import RemotingCommand, RequestCode, encode_frame, to_send_v2
+
+    body = os.urandom(1024)
+    out = []
+    for i in range(n):
+        msgs = [Message("LoadT", body) for _ in range(size)]
+        props = [encode_properties({"UNIQ_KEY": f"7F0000010F3A18B4AAC2{i * size + k:012X}", "WAIT": "true"})
+                 for k in range(size)]
+        ext = {"producerGroup": "PG", "topic": "LoadT", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+               "queueId": str(i & 3), "sysFlag": "0", "bornTimestamp": "1700000000000", "flag": "0",
+               "properties": encode_properties({"WAIT": "true"}), "reconsumeTimes": "0", "unitMode": "false",
+               "batch": "true"}
+        out.append(encode_frame(RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, to_send_v2(ext),
+                                                        encode_batch_body(msgs, props))))
+    return out
+
+
+async def _serve(messages: int, rounds: int, per_read: int, dedup: bool, marks: str | None,
+                 batch: int = 0) -> list[float]:
     from request_ops import _frames, _Transport  # type: ignore[import-not-found]
 
     from orbitmq.broker.app import Broker
@@ -52,13 +76,16 @@ async def _serve(messages: int, rounds: int, per_read: int, dedup: bool, marks: 
                         StoreConfig(os.path.join(root, "store"), broker_fast_failure_enable=marks is None))
         await broker.start()
         try:
-            frames = _frames(messages * rounds + warm)
+            # --batch: `messages` counts messages; a frame carries `batch` of them
+            frames = (_batch_frames((messages * rounds + warm) // batch, batch) if batch
+                      else _frames(messages * rounds + warm))
+            step = batch or 1
             chunks = [b"".join(frames[i:i + per_read]) for i in range(0, len(frames), per_read)]
             chunks.reverse()
             conn = Connection(broker._routers[0], idle_timeout_s=0)
             transport = _Transport()
             conn.connection_made(transport)  # type: ignore[arg-type]
-            for _ in range(warm // per_read):
+            for _ in range(warm // step // per_read):
                 conn.data_received(chunks.pop())
                 await asyncio.sleep(0)
             if marks is not None:  # callgrind: say "ready", wait for "go" (instrumentation on)
@@ -67,7 +94,7 @@ async def _serve(messages: int, rounds: int, per_read: int, dedup: bool, marks: 
             out = []
             for _ in range(rounds):
                 t0 = os.times()
-                for _ in range(messages // per_read):
+                for _ in range(messages // step // per_read):
                     conn.data_received(chunks.pop())
                     await asyncio.sleep(0)
                 t1 = os.times()
@@ -98,7 +125,7 @@ def _callgrind(ns: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="orbitmq-cg-") as d:
         out = os.path.join(d, "cg.out")
         argv = [sys.executable, __file__, "--serve-marks", d, "--messages", str(ns.messages), "--rounds", "1",
-                "--per-read", str(ns.per_read)] + (["--no-dedup"] if ns.no_dedup else [])
+                "--per-read", str(ns.per_read), "--batch", str(ns.batch)] + (["--no-dedup"] if ns.no_dedup else [])
         env = dict(os.environ, PYTHONHASHSEED="0")
         proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
                                  f"--callgrind-out-file={out}", *argv], env=env, text=True,
@@ -124,8 +151,10 @@ def _callgrind(ns: argparse.Namespace) -> None:
             m = re.search(r"^(?:summary|totals): (\d+)", f.read(), re.M)
         if m is None:
             raise SystemExit("no totals in the callgrind dump")
-        print(f"{int(m.group(1)) / ns.messages:,.0f} instructions per request "
-              f"({ns.messages} requests, {ns.per_read} per read{', de-dup off' if ns.no_dedup else ''})")
+        what = f"message ({ns.messages} messages in batches of {ns.batch}" if ns.batch else \
+            f"request ({ns.messages} requests"
+        print(f"{int(m.group(1)) / ns.messages:,.0f} instructions per {what}, {ns.per_read} per read"
+              f"{', de-dup off' if ns.no_dedup else ''})")
 
 
 def main() -> None:
@@ -134,6 +163,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--per-read", type=int, default=8)
     ap.add_argument("--no-dedup", action="store_true")
+    ap.add_argument("--batch", type=int, default=0, help="SEND_BATCH_MESSAGE frames of this many messages")
     ap.add_argument("--callgrind", action="store_true")
     ap.add_argument("--keep", default="", help="with --callgrind: copy the main thread's dump to this file")
     ap.add_argument("--serve-marks", default=None, help=argparse.SUPPRESS)
@@ -142,7 +172,9 @@ def main() -> None:
         ap.error("--per-read must be at least 1")
     if ns.messages is None:
         ns.messages = 2000 if ns.callgrind or ns.serve_marks else 20000
-    ns.messages -= ns.messages % ns.per_read
+    if ns.batch < 0:
+        ap.error("--batch must be at least 0")
+    ns.messages -= ns.messages % (ns.per_read * (ns.batch or 1))
     if ns.callgrind:
         _callgrind(ns)
         return
@@ -152,9 +184,9 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    rounds = asyncio.run(_serve(ns.messages, ns.rounds, ns.per_read, not ns.no_dedup, ns.serve_marks))
+    rounds = asyncio.run(_serve(ns.messages, ns.rounds, ns.per_read, not ns.no_dedup, ns.serve_marks, ns.batch))
     if ns.serve_marks is None:
-        print("CPU µs per request by round: " + " / ".join(f"{r:.1f}" for r in rounds)
+        print(f"CPU µs per {'message' if ns.batch else 'request'} by round: " + " / ".join(f"{r:.1f}" for r in rounds)
               + f"   lowest {min(rounds):.1f}  ({ns.per_read} per read{', de-dup off' if ns.no_dedup else ''})")
 
 

@@ -4,6 +4,7 @@ only: where the broker's CPU per request goes, function by function.
     .venv/bin/python bench/micro/broker_profile.py [--load sdk|cpp] [--messages 20000] [--senders 8] [--out FILE]
     .venv/bin/python bench/micro/broker_profile.py --no-profile ...   # the same load, broker CPU only
     .venv/bin/python bench/micro/broker_profile.py --no-profile --gc0 10000 ...  # broker gen-0 GC threshold
+    .venv/bin/python bench/micro/broker_profile.py --no-profile --set dedupEnable=false ...  # a broker.conf setting
 
 The broker runs in its own process (ASYNC_FLUSH, free ports, a temporary store) wrapped by this script's
 `--serve` mode: SIGUSR1 enables the profiler, SIGUSR2 disables it and writes the stats (with --no-profile the

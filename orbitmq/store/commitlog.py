@@ -188,6 +188,20 @@ class CommitLog:
                     return Appended(done[0][0], done[1], done[2])
             return self._append_one(first)
         topic_s, queue_id, born_s, store_s = first.topic, first.queue_id, first.born_host, first.store_host
+        if _append_singles_native is not None:
+            for m in msgs:  # a run: one queue's (append_singles takes any mix, with a queue offset each)
+                tx = m.sys_flag & TRANSACTION_MASK
+                if (tx == _PREPARED or tx == _ROLLBACK or m.topic != topic_s or m.queue_id != queue_id
+                        or m.born_host != born_s or m.store_host != store_s):
+                    return None
+            done = self._native_singles(msgs)  # one queue's singles in a row: the run's records and requests
+            if type(done) is tuple:
+                results, end, requests = done
+                head = results[0]
+                return Appended(PutResult(PutStatus.PUT_OK, head.phys_offset, end - head.phys_offset,
+                                          [r.msg_ids[0] for r in results], head.queue_offset, len(msgs),
+                                          head.store_timestamp), end, requests)
+            # declined (nothing written, nothing taken): the loop below gives the same records or refusal
         topic = topic_s.encode("utf-8")
         hosts = self._hosts
         born = hosts.get(born_s)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from orbitmq.store import commitlog as commitlog_module
 from orbitmq.store.commitlog import CommitLog
 from orbitmq.store.config import StoreConfig
-from orbitmq.store.results import MessageInner
+from orbitmq.store.results import MessageInner, PutStatus
 from orbitmq.store.schedule import SCHEDULE_TOPIC
 from orbitmq.testing.sim_disk import SimDisk
 
@@ -286,3 +286,29 @@ def test_common_run_takes_the_native_loop(monkeypatch: pytest.MonkeyPatch) -> No
     assert [r.queue_offset for r in results] == [0, 0, 0, 0]
     assert [r.uniq_key for r in requests] == ["K0", "K1", "K2", "K3"]
     assert end == cl.max_offset
+
+
+def test_a_batch_is_written_by_the_native_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SEND_BATCH_MESSAGE run (one queue) goes through the native append_singles and is answered as one put: one
+    result with every msgId and the first queue offset, one dispatch request per message. (That it equals the
+    general path is test_fast_path_equals_general_path.)"""
+    if commitlog_module._append_singles_native is None:
+        pytest.skip("the native extension is not built")
+    cl = _big_log()
+    calls: list[int] = []
+    native = commitlog_module._append_singles_native
+
+    def counted(msgs: list[MessageInner], *args: object) -> object:
+        calls.append(len(msgs))
+        return native(msgs, *args)
+
+    monkeypatch.setattr(commitlog_module, "_append_singles_native", counted)
+    msgs = [MessageInner("T", 2, b"body%d" % i, {"UNIQ_KEY": f"K{i}"}, 0, 0, 1, "127.0.0.1:5555",
+                         "127.0.0.1:10911", 0, 0) for i in range(5)]
+    cl.append([msgs[0]])  # queue offset 0 taken by a single first
+    done = cl.append(msgs)
+    assert calls == [1, 5]
+    assert done.result.status is PutStatus.PUT_OK and done.result.msg_count == 5
+    assert done.result.queue_offset == 1 and [r.queue_offset for r in done.requests] == [1, 2, 3, 4, 5]
+    assert len(done.result.msg_ids) == 5 and done.end_offset == cl.max_offset
+    assert done.result.wrote_bytes == sum(r.size for r in done.requests)
