@@ -621,7 +621,7 @@ class SendProcessor:
                 raise SendReject(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot have a delay level")
             if props.get(Prop.TRAN_MSG) == "true":
                 raise SendReject(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
-            msgs.append(MessageInner(topic, queue_id, body, props, flag, sys_flag, born_ts, born_host,
+            msgs.append(_new_slotted(MessageInner, topic, queue_id, body, props, flag, sys_flag, born_ts, born_host,
                                      store_host, 0, 0))
         return msgs, queue_id
 
