@@ -186,6 +186,24 @@ async def until_delivered(c: Consumers, want: set[str], timeout_s: float) -> Non
         await asyncio.sleep(0.1)
 
 
+async def until_drained(g: RaftGroup, member: int, timeout_s: float) -> None:
+    """Until `member`'s local delivery state holds no waiting message and no checkout: everything stored was
+    delivered and acknowledged, including the messages whose ack was refused (they come back after their invisible
+    time, or when their consumer is declared down, and are delivered again)."""
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            info = await asyncio.to_thread(g.runtime, member)
+        except Exception:  # noqa: BLE001 - a busy member: asked again
+            info = {}
+        if info.get("localDeliveryWaiting") == "0" and info.get("localDeliveryCheckouts") == "0":
+            return
+        if time.monotonic() > end:
+            raise AssertionError(f"n{member} still has messages to deliver after {timeout_s:.0f} s: "
+                                 f"{ {k: v for k, v in info.items() if k.startswith('localDelivery')} }")
+        await asyncio.sleep(0.2)
+
+
 def cpu_seconds(pids: set[int]) -> float:
     import psutil
 

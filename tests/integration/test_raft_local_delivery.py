@@ -28,6 +28,7 @@ from orbitmq.testing.local_delivery_load import (
     order_problems,
     send_bodies,
     until_delivered,
+    until_drained,
 )
 from orbitmq.testing.raft_group import RaftGroup
 
@@ -103,6 +104,9 @@ def test_kill9_no_loss_bounded_redeliveries_order(tmp_path: Path, victim: str) -
                 await load.stop()
             try:
                 await until_delivered(c, set(load.acked), 60)
+                # and every other stored message too: those whose ack was refused come back after their invisible
+                # time and go again (stopping before would leave them waiting, as the check below would see)
+                await until_drained(g, new, 60)
                 await asyncio.sleep(0.5)
             finally:
                 await c.stop()
