@@ -83,6 +83,21 @@ class ConcurrentConsumeService:
         self.workers = workers
         self.in_thread = in_thread
         self.queue: asyncio.Queue[tuple[MessageQueue, ProcessQueue, list[MessageExt]]] = asyncio.Queue()
+        self.stopping = False  # drain(): no new batch starts
+        self._busy = 0  # batches between their listener call and their commit
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Start no new batch and wait (at most timeout_s) until the batches already handed to the listener are
+        finished and their offsets given to the owner, so that a shutdown's last commit covers what the listener
+        consumed (else it is consumed again after a restart). True when none was left running."""
+        self.stopping = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
 
     def submit(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt], batch_size: int) -> None:
         put = self.queue.put_nowait
@@ -98,9 +113,16 @@ class ConcurrentConsumeService:
     async def run_worker_loop(self, spawn: Callable[[Awaitable[None], str], object]) -> None:
         while True:
             mq, pq, msgs = await self.queue.get()
-            if pq.dropped:
+            if pq.dropped or self.stopping:  # a batch not started while draining: not committed, pulled again
                 continue
-            await self.consume(mq, pq, msgs, spawn)
+            self._busy += 1
+            self._idle.clear()
+            try:
+                await self.consume(mq, pq, msgs, spawn)
+            finally:
+                self._busy -= 1
+                if not self._busy:
+                    self._idle.set()
 
     async def consume(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt],
                       spawn: Callable[[Awaitable[None], str], object]) -> None:

@@ -46,6 +46,7 @@ OFFSET_MOVED_DELAY_MS = 10_000
 MAX_SPAN = 2_000
 MAX_CACHED_MIB_PER_QUEUE = 100
 MAX_RECONSUME_TIMES = 16
+SHUTDOWN_DRAIN_S = 5.0  # how long shutdown waits for listener calls in progress before it commits and closes
 
 
 @dataclass(slots=True)
@@ -190,6 +191,10 @@ class PushConsumer:
         inst = self._inst
         if inst is None:
             return
+        if self._concurrent is not None:  # batches the listener is consuming finish and are committed below
+            if not await self._concurrent.drain(SHUTDOWN_DRAIN_S):
+                log.warning("%s: listener calls still running after %.0f s at shutdown: their messages will be "
+                            "consumed again", self.group, SHUTDOWN_DRAIN_S)
         await self._tasks.close()
         for pq in self._pqs.values():
             pq.dropped = True
