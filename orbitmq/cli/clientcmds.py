@@ -259,5 +259,7 @@ async def _consume(topic: str, group: str, expression: str, count: int, from_beg
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        await consumer.shutdown()
+        # 0: the listener holds what is past the count (or after a closed stdout) until shutdown cancels it,
+        # uncommitted; what it printed was committed as it returned
+        await consumer.shutdown(await_terminate_ms=0)
     return state["printed"], state["closed"], "closed" if state["closed"] else state["why"]

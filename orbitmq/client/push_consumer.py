@@ -46,7 +46,7 @@ OFFSET_MOVED_DELAY_MS = 10_000
 MAX_SPAN = 2_000
 MAX_CACHED_MIB_PER_QUEUE = 100
 MAX_RECONSUME_TIMES = 16
-SHUTDOWN_DRAIN_S = 5.0  # how long shutdown waits for listener calls in progress before it commits and closes
+SHUTDOWN_AWAIT_MS = 5_000  # how long shutdown waits for listener calls in progress before it commits and closes
 
 
 @dataclass(slots=True)
@@ -187,14 +187,17 @@ class PushConsumer:
         if self.orderly and self.clustering:
             self._tasks.spawn(run_periodic("lock queues", self.lock_interval_ms, self.lock_all), name="lock")
 
-    async def shutdown(self) -> None:
+    async def shutdown(self, await_terminate_ms: int = SHUTDOWN_AWAIT_MS) -> None:
+        """Stop consuming, commit the offsets and leave the group. A concurrent consumer first starts no new batch
+        and waits up to `await_terminate_ms` for the batches its listener is consuming, so that the commit covers
+        them (RocketMQ's shutdown(awaitTerminateMillis)); 0 cancels them at once (their messages come again)."""
         inst = self._inst
         if inst is None:
             return
-        if self._concurrent is not None:  # batches the listener is consuming finish and are committed below
-            if not await self._concurrent.drain(SHUTDOWN_DRAIN_S):
-                log.warning("%s: listener calls still running after %.0f s at shutdown: their messages will be "
-                            "consumed again", self.group, SHUTDOWN_DRAIN_S)
+        if self._concurrent is not None and await_terminate_ms > 0:  # running batches finish, committed below
+            if not await self._concurrent.drain(await_terminate_ms / 1000):
+                log.warning("%s: listener calls still running after %d ms at shutdown: their messages will be "
+                            "consumed again", self.group, await_terminate_ms)
         await self._tasks.close()
         for pq in self._pqs.values():
             pq.dropped = True
