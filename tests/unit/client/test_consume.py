@@ -182,65 +182,63 @@ def test_orderly_waits_while_the_queue_lock_is_missing():
     assert asyncio.run(main()) == [1]
 
 
+class _HeldListener:
+    """A listener (run in a thread) that records the offsets it is given and holds each call until released."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.seen: list[int] = []
+
+    def __call__(self, msgs):
+        self.seen.extend(m.queue_offset for m in msgs)
+        self.entered.set()
+        self.release.wait(5)
+        return ConsumeResult.SUCCESS
+
+
+async def _one_batch_held(queued: list[MessageExt]):
+    """A one-worker service whose listener is inside the batch of offset 0, with `queued` waiting behind it."""
+    held = _HeldListener()
+    owner = Owner(held)
+    svc = ConcurrentConsumeService(owner, 1, in_thread=True)
+    pq = ProcessQueue()
+    first = [msg(0)]
+    pq.put(first + queued)
+    worker = asyncio.ensure_future(svc.run_worker_loop(lambda c, n: asyncio.ensure_future(c)))
+    svc.submit(MQ, pq, first, 1)
+    await asyncio.to_thread(held.entered.wait, 5)
+    if queued:
+        svc.submit(MQ, pq, queued, 1)
+    return held, owner, svc, worker
+
+
 def test_drain_lets_a_running_batch_commit_and_starts_no_new_one():
     """shutdown's drain: the batch the listener is consuming finishes and its offset reaches the owner before the
     tasks are cancelled (its commit would be lost otherwise, and the message consumed again); a batch still
     queued does not start."""
-    import threading
-
     async def main():
-        entered, release = threading.Event(), threading.Event()
-        seen: list[int] = []
-
-        def listener(msgs):
-            seen.extend(m.queue_offset for m in msgs)
-            entered.set()
-            release.wait(5)
-            return ConsumeResult.SUCCESS
-
-        owner = Owner(listener)
-        svc = ConcurrentConsumeService(owner, 1, in_thread=True)
-        pq = ProcessQueue()
-        first, second = [msg(0)], [msg(1)]
-        pq.put(first + second)
-        worker = asyncio.ensure_future(svc.run_worker_loop(lambda c, n: asyncio.ensure_future(c)))
-        svc.submit(MQ, pq, first, 1)
-        await asyncio.to_thread(entered.wait, 5)
-        svc.submit(MQ, pq, second, 1)
+        held, owner, svc, worker = await _one_batch_held([msg(1)])
         drained = asyncio.ensure_future(svc.drain(5.0))
         await asyncio.sleep(0.05)
         assert not drained.done() and owner.commits == []  # waiting for the listener
-        release.set()
+        held.release.set()
         assert await drained is True
         assert owner.commits == [(1, True)]  # the running batch committed: the next offset is 1
         await asyncio.sleep(0.05)
-        assert seen == [0]  # the queued batch never started
+        assert held.seen == [0]  # the queued batch never started
         worker.cancel()
 
     asyncio.run(main())
 
 
 def test_drain_is_bounded_by_its_timeout():
-    import threading
-
     async def main():
-        entered, release = threading.Event(), threading.Event()
-
-        def listener(msgs):
-            entered.set()
-            release.wait(5)
-            return ConsumeResult.SUCCESS
-
-        owner = Owner(listener)
-        svc = ConcurrentConsumeService(owner, 1, in_thread=True)
-        pq = ProcessQueue()
-        pq.put([msg(0)])
-        worker = asyncio.ensure_future(svc.run_worker_loop(lambda c, n: asyncio.ensure_future(c)))
-        svc.submit(MQ, pq, [msg(0)], 1)
-        await asyncio.to_thread(entered.wait, 5)
+        held, owner, svc, worker = await _one_batch_held([])
         assert await svc.drain(0.1) is False
         assert owner.commits == []
-        release.set()
+        held.release.set()
         worker.cancel()
 
     asyncio.run(main())
