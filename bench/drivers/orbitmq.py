@@ -51,15 +51,18 @@ class OrbitDriver(Driver):
         self.namesrv = ""
         self.broker_addr = ""
 
+    def conf_settings(self, ns_port: int, broker_port: int) -> dict[str, object]:
+        """The standalone's broker.conf: the bench's settings, then the --orbitmq-set ones (which win)."""
+        return {
+            "brokerClusterName": "BenchCluster", "brokerName": "bench-broker", "brokerIP1": "127.0.0.1",
+            "listenPort": broker_port, "namesrvAddr": f"127.0.0.1:{ns_port}",
+            "storePathRootDir": str(self._dir / "store"), "flushDiskType": FLUSH[self.mode],
+            "autoCreateTopicEnable": "true", "defaultTopicQueueNums": self.queues, **self.broker_conf,
+        }
+
     async def start(self) -> None:
         ns_port, broker_port = free_port(), free_broker_port()
-        store = self._dir / "store"
-        conf = write_conf(self._dir / "broker.conf", {
-            "brokerClusterName": "BenchCluster", "brokerName": "bench-broker", "brokerIP1": "127.0.0.1",
-            "listenPort": broker_port, "namesrvAddr": f"127.0.0.1:{ns_port}", "storePathRootDir": str(store),
-            "flushDiskType": FLUSH[self.mode], "autoCreateTopicEnable": "true",
-            "defaultTopicQueueNums": self.queues, **self.broker_conf,
-        })
+        conf = write_conf(self._dir / "broker.conf", self.conf_settings(ns_port, broker_port))
         log = self._dir / "broker.log"
         self._proc = ServerProcess([sys.executable, "-m", "orbitmq.cli.main", "--log-level", "WARNING",
                                     "standalone", "-c", str(conf), "--namesrv-port", str(ns_port)],

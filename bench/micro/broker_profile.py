@@ -182,7 +182,10 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a broker.conf setting (repeatable), e.g. --set dedupEnable=false")
     p.add_argument("--gc0", type=int, default=0, help="the broker's gen-0 GC threshold (default: Python's)")
-    asyncio.run(drive(p.parse_args()))
+    ns = p.parse_args()
+    if any("=" not in kv or not kv.split("=", 1)[0] for kv in ns.set):
+        p.error(f"--set: KEY=VALUE, got {ns.set!r}")
+    asyncio.run(drive(ns))
 
 
 if __name__ == "__main__":

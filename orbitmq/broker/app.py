@@ -157,6 +157,7 @@ class Broker:
         self.registration = BrokerRegistration(lambda: ctx.config, topics, self._client,
                                                lambda: _heartbeat_store_state(store))
         ctx.request_register = self.registration.request_soon
+        ctx.register_round = self.registration.next_round
         ctx.set_isolated = lambda flag: self._set_isolated(ctx, flag)
         ctx.escape = EscapeBridge(lambda: ctx.config, lambda: ctx.acting_master, store.put_message,
                                   RemotingEscapeTransport(self._client, lambda: ctx.config), self.clock.now_ms)

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from orbitmq.broker.group_stats import GroupGetStats
 
 if TYPE_CHECKING:
+    import asyncio
+
     from orbitmq.broker.client_registry import ClientRegistry
     from orbitmq.broker.config import BrokerConfig
     from orbitmq.broker.metadata.groups import SubscriptionGroupManager
@@ -27,6 +29,10 @@ def _noop() -> None:
 
 
 def _noop_flag(flag: bool) -> None:
+    return None
+
+
+def _no_round() -> None:
     return None
 
 
@@ -88,6 +94,8 @@ class BrokerContext:
     stats: BrokerStats  # stats.py: put/get counters, tps, for runtime info
     store_host: str  # "brokerIP1:listenPort"
     request_register: Callable[[], None] = _noop  # ask registration.py to re-register with every name server soon
+    # re-register soon; the future completes when that round has ended (None: nothing registers, do not wait)
+    register_round: Callable[[], asyncio.Future[None] | None] = _no_round
     send_hooks: list[SendHook] = field(default_factory=list)  # broker services taking part in sends (in order)
     services: dict[str, Any] = field(default_factory=dict)  # broker services by name (services/__init__.py)
     # RIP-32 (docs/design/acting-master.md)

@@ -43,6 +43,7 @@ class BrokerRegistration:
         self._client = client
         self._wake_pending = False
         self._wake_fut: asyncio.Future[None] | None = None
+        self._round_waiters: list[asyncio.Future[None]] = []  # resolved when the next round has ended
         self.master_addr: str | None = None  # from the name server's answer (slaves)
         self.ha_master_addr: str | None = None
         self.success_count = 0
@@ -61,6 +62,14 @@ class BrokerRegistration:
         fut = self._wake_fut
         if fut is not None and not fut.done():
             fut.set_result(None)
+
+    def next_round(self) -> asyncio.Future[None]:
+        """Ask for a re-registration and return a future that completes when a round that started after this call
+        has ended (succeeded or not). Admin changes wait on it, bounded, so a topic is routable when created."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._round_waiters.append(fut)
+        self.request_soon()
+        return fut
 
     async def _sleep_until_woken(self, timeout_s: float) -> bool:
         """True if request_soon() was called (before or during the wait), False on timeout. Creates no task."""
@@ -167,8 +176,13 @@ class BrokerRegistration:
                 if gap > 0:
                     await asyncio.sleep(gap)
             self._wake_pending = False  # changes made from here on trigger the next round
+            waiters, self._round_waiters = self._round_waiters, []
             last = loop.time()
-            await self.register_all()
+            try:
+                await self.register_all()
+            finally:
+                for fut in waiters:
+                    _resolve(fut)
 
 
     # ----- RIP-32 lightweight heartbeat -----

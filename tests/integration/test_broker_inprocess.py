@@ -290,6 +290,44 @@ def test_registers_with_name_server_reregisters_on_new_topic_and_unregisters(tmp
     run(main())
 
 
+def test_created_topics_are_routable_when_the_creation_is_answered(tmp_path):
+    """UPDATE_AND_CREATE_TOPIC answers after a registration round that started after the
+    change, as Java registers inside the change: a client may send right away. Topics created back to back fall
+    inside the rounds' 100 ms spacing, so an answer that did not wait would find no route."""
+    from orbitmq.namesrv import NameServer, NamesrvConfig
+
+    async def main() -> None:
+        namesrv = NameServer(NamesrvConfig(listen_port=0, listen_host="127.0.0.1",
+                                           kv_config_path=str(tmp_path / "kv.json")))
+        await namesrv.start()
+        ns = f"127.0.0.1:{namesrv.port}"
+        broker = Broker(broker_cfg(namesrv_addr=ns), store_cfg(tmp_path))
+        client = RemotingClient()
+        addr = ""
+
+        async def admin(code: RequestCode, ext: dict[str, str]) -> None:
+            r = await client.invoke(addr, RemotingCommand.request(code, ext))
+            assert r.code == ResponseCode.SUCCESS, r.remark
+
+        async def route_code(topic: str) -> int:
+            return (await client.invoke(ns, RemotingCommand.request(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))).code
+
+        try:
+            await broker.start()
+            addr = f"127.0.0.1:{broker.listen_port}"
+            for i in range(5):
+                await admin(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+                    "topic": f"Made{i}", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"})
+                assert await route_code(f"Made{i}") == ResponseCode.SUCCESS, f"Made{i} not routable when answered"
+        finally:
+            await client.close()
+            await broker.stop()
+            await namesrv.stop()
+
+    run(main())
+
+
 def test_startup_failures_are_one_line_config_errors(tmp_path):
     import socket
 

@@ -93,9 +93,11 @@ def test_orbitmq_settings_and_the_msg_id_row_are_parsed_and_checked() -> None:
 def test_the_orbitmq_driver_takes_the_settings_for_its_broker_conf() -> None:
     from bench.drivers.orbitmq import OrbitDriver
 
-    d = OrbitDriver("async", parse_args(["--orbitmq-set", "dedupEnable=false"]))
+    d = OrbitDriver("async", parse_args(["--orbitmq-set", "dedupEnable=false", "--orbitmq-set", "flushDiskType=X"]))
     try:
-        assert d.broker_conf == {"dedupEnable": "false"}
+        conf = d.conf_settings(9876, 10911)
+        assert conf["dedupEnable"] == "false" and conf["flushDiskType"] == "X"  # a setting given wins
+        assert conf["namesrvAddr"] == "127.0.0.1:9876" and conf["listenPort"] == 10911
     finally:
         import shutil
 

@@ -8,6 +8,8 @@ deletion, asks the store to drop the topic's files).
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import os
 import shutil
@@ -69,6 +71,30 @@ def _error(cmd: RemotingCommand, remark: str, code: int = ResponseCode.SYSTEM_ER
     return cmd.response(code, remark)
 
 
+# How long a topic change's answer waits for the name servers to hear of it (Java registers inside the change).
+ROUTE_WAIT_S = 2.0
+
+
+def _answer_when_routed(ctx: BrokerContext, resp: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+    """Answer a topic change once it is on disk and a registration round that started after it has ended (bounded
+    by ROUTE_WAIT_S), so a client that creates a topic and sends to it at once finds its route."""
+    written = ctx.topics.answer_when_written(resp)
+    registered = ctx.register_round()
+    if registered is None:
+        ctx.request_register()
+        return written
+
+    async def later() -> RemotingCommand:
+        out = await written if inspect.isawaitable(written) else written
+        try:
+            await asyncio.wait_for(asyncio.shield(registered), ROUTE_WAIT_S)
+        except TimeoutError:
+            log.info("topic change answered before the name servers confirmed it (%.0f s)", ROUTE_WAIT_S)
+        return out
+
+    return later()
+
+
 def _is_slave(ctx: BrokerContext) -> bool:
     return str(ctx.config.broker_role) == "SLAVE"
 
@@ -116,8 +142,7 @@ def _topic_handlers(ctx: BrokerContext) -> dict[int, Handler]:
         if err:
             return _error(cmd, err)
         ctx.topics.create_or_update(tc)
-        ctx.request_register()
-        return ctx.topics.answer_when_written(cmd.response())
+        return _answer_when_routed(ctx, cmd.response())
 
     def delete_topic_in_broker(conn: Any, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         if _is_slave(ctx):
