@@ -80,10 +80,11 @@ def serve(out: str, argv: list[str]) -> None:
     main()
 
 
-def _cpu(pid: int) -> tuple[float, float]:
+def _cpu(pid: int) -> tuple[float, float, int]:
+    """The process's CPU seconds (user + system), user seconds and minor page faults so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     tck = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tck, int(fields[11]) / tck
+    return (int(fields[11]) + int(fields[12])) / tck, int(fields[11]) / tck, int(fields[7])
 
 
 async def drive(ns: argparse.Namespace) -> None:
@@ -151,6 +152,7 @@ async def drive(ns: argparse.Namespace) -> None:
         sent = n // k * k
         print(f"{ns.load}, {k} senders, {sent} sends: {sent / elapsed:,.0f} msgs/s, broker "
               f"{(c1[0] - c0[0]) / sent * 1e6:.1f} µs CPU per send (user {(c1[1] - c0[1]) / sent * 1e6:.1f}), "
+              f"{(c1[2] - c0[2]) / sent:.3f} minor page faults per send, "
               f"load average {os.getloadavg()[0]:.1f}", flush=True)
         deadline = time.monotonic() + 30
         while not Path(out + ".done").exists() and time.monotonic() < deadline:
