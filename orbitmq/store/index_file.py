@@ -195,6 +195,8 @@ class IndexFile:
             pos = INDEX_HEADER_SIZE + slot * INDEX_SLOT_SIZE
             _pack_slot(self.buf, pos, k)
             self.backing.mark_written(pos, pos + INDEX_SLOT_SIZE)
+        if heads:  # the slots are flushed with the next flush, as a put's (the slot table precedes the entries)
+            self._dirty_hi = max(self._dirty_hi, self._entries_at)
         if keep == count:
             return 0
         self.buf[base + keep * INDEX_ENTRY_SIZE : base + count * INDEX_ENTRY_SIZE] = bytes(

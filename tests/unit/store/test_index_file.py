@@ -430,3 +430,32 @@ def test_put_key_writes_what_put_of_the_key_hash_writes(tmp_path):
     assert bytes(a.buf) == bytes(b.buf)
     a.close()
     b.close()
+
+
+def test_slots_restored_by_an_abnormal_load_reach_the_disk():
+    """A file whose header and entry reached the disk but not its slot write: the abnormal load points the slot at
+    the entry again, and that repair is flushed like any put (it was kept in memory only, so a second crash lost
+    the key from the index for good: found by test_cq_index_props' IndexMachine)."""
+    disk = SimDisk(seed=3)
+    root = "/sim/store/index"
+    svc = IndexService(root, 1, 2, disk)  # one slot, one entry per file
+    svc.dispatch(req(100, keys="a", ts=T0))
+    ts = svc.flush()
+    for phys, key in ((200, "b"), (300, "c")):  # in the checkpoint's millisecond: the files are kept
+        svc.dispatch(req(phys, keys=key, ts=ts))
+    svc.flush()
+    lost_slot = svc.files[1].path
+    svc.close()
+    disk._files[os.path.normpath(lost_slot)].durable[40:44] = bytes(4)  # b's slot write never reached the disk
+    disk.crash("drop")
+    again = IndexService(root, 1, 2, disk)
+    again.load(False, ts)
+    again.dispatch(req(300, keys="c", ts=ts))  # recovery re-dispatches the newest record
+    assert [q(again, k) for k in "abc"] == [[100], [200], [300]]
+    again.flush()
+    again.close()
+    disk.crash("drop")  # nothing unflushed may matter now
+    third = IndexService(root, 1, 2, disk)
+    third.load(True, 0)
+    assert [q(third, k) for k in "abc"] == [[100], [200], [300]]
+    third.close()
