@@ -26,10 +26,24 @@ from orbitmq.remoting import RemotingClient
 
 log = logging.getLogger("orbitmq.broker.registration")
 
-# Change-triggered registrations start at once (Java registers inside the topic creation, so a producer that
-# auto-created a topic finds its route right after the send) but are spaced at least this far apart, so a burst
-# of topic creations costs a handful of registrations.
+# Change-triggered registrations start at once but are spaced at least this far apart, so a burst of topic
+# creations costs a handful of registrations. Java registers inside the topic creation, so a client finds the route
+# right after the answer: the answers that create a topic wait for the round (next_round, wait_round).
 MIN_SPACING_MS = 100
+# How long an answer that makes a topic (an admin creation, a send that auto-creates it) waits for the registration
+# round that carries it: Java registers inside the change, so a client may use the route at once.
+ROUTE_WAIT_S = 2.0
+
+
+async def wait_round(round_done: asyncio.Future[None]) -> bool:
+    """Wait (bounded by ROUTE_WAIT_S) for a registration round from BrokerRegistration.next_round; False if it
+    did not end in time (the answer goes out anyway: the topic is made, its route follows)."""
+    try:
+        await asyncio.wait_for(asyncio.shield(round_done), ROUTE_WAIT_S)
+    except TimeoutError:
+        log.info("a topic change is answered before the name servers confirmed it (%.0f s)", ROUTE_WAIT_S)
+        return False
+    return True
 
 
 class BrokerRegistration:

@@ -291,7 +291,7 @@ def test_registers_with_name_server_reregisters_on_new_topic_and_unregisters(tmp
 
 
 def test_created_topics_are_routable_when_the_creation_is_answered(tmp_path):
-    """UPDATE_AND_CREATE_TOPIC answers after a registration round that started after the
+    """UPDATE_AND_CREATE_TOPIC, and a send that auto-creates its topic, answer after a registration round that started after the
     change, as Java registers inside the change: a client may send right away. Topics created back to back fall
     inside the rounds' 100 ms spacing, so an answer that did not wait would find no route."""
     from orbitmq.namesrv import NameServer, NamesrvConfig
@@ -320,6 +320,21 @@ def test_created_topics_are_routable_when_the_creation_is_answered(tmp_path):
                 await admin(RequestCode.UPDATE_AND_CREATE_TOPIC, {
                     "topic": f"Made{i}", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6"})
                 assert await route_code(f"Made{i}") == ResponseCode.SUCCESS, f"Made{i} not routable when answered"
+            for i in range(3):  # auto-created by a send (a single, then a batch, then two singles in one read)
+                topic = f"Auto{i}"
+                if i == 0:
+                    r = await client.invoke(addr, RemotingCommand.request(
+                        RequestCode.SEND_MESSAGE, send_header(topic), b"x"))
+                    assert r.code == ResponseCode.SUCCESS, r.remark
+                elif i == 1:
+                    r = await client.invoke(addr, RemotingCommand.request(
+                        RequestCode.SEND_BATCH_MESSAGE, send_header(topic), batch_body([(b"a", {}), (b"b", {})])))
+                    assert r.code == ResponseCode.SUCCESS, r.remark
+                else:
+                    rs = await asyncio.gather(*(client.invoke(addr, RemotingCommand.request(
+                        RequestCode.SEND_MESSAGE, send_header(topic), b"x")) for _ in range(2)))
+                    assert [r.code for r in rs] == [ResponseCode.SUCCESS] * 2
+                assert await route_code(topic) == ResponseCode.SUCCESS, f"{topic} not routable when answered"
         finally:
             await client.close()
             await broker.stop()

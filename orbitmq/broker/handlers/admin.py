@@ -8,7 +8,6 @@ deletion, asks the store to drop the topic's files).
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import os
@@ -22,6 +21,7 @@ from orbitmq.broker.config_file import to_properties
 from orbitmq.broker.handlers.guard import guarded
 from orbitmq.broker.metadata import DataVersion, SubscriptionGroupConfig
 from orbitmq.broker.metadata.topics import validate_topic_config, validate_topic_name
+from orbitmq.broker.registration import wait_round
 from orbitmq.model.names import GROUP_MAX_LENGTH, consumer_group_error
 from orbitmq.model.topic import MessageQueue, TopicConfig
 from orbitmq.protocol import RemotingCommand, RequestCode, ResponseCode, ext_bool, ext_int, ext_str, fastjson
@@ -71,13 +71,9 @@ def _error(cmd: RemotingCommand, remark: str, code: int = ResponseCode.SYSTEM_ER
     return cmd.response(code, remark)
 
 
-# How long a topic change's answer waits for the name servers to hear of it (Java registers inside the change).
-ROUTE_WAIT_S = 2.0
-
-
 def _answer_when_routed(ctx: BrokerContext, resp: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
-    """Answer a topic change once it is on disk and a registration round that started after it has ended (bounded
-    by ROUTE_WAIT_S), so a client that creates a topic and sends to it at once finds its route."""
+    """Answer a topic change once it is on disk and a registration round that started after it has ended (bounded:
+    registration.ROUTE_WAIT_S), so a client that creates a topic and sends to it at once finds its route."""
     written = ctx.topics.answer_when_written(resp)
     registered = ctx.register_round()
     if registered is None:
@@ -86,10 +82,7 @@ def _answer_when_routed(ctx: BrokerContext, resp: RemotingCommand) -> RemotingCo
 
     async def later() -> RemotingCommand:
         out = await written if inspect.isawaitable(written) else written
-        try:
-            await asyncio.wait_for(asyncio.shield(registered), ROUTE_WAIT_S)
-        except TimeoutError:
-            log.info("topic change answered before the name servers confirmed it (%.0f s)", ROUTE_WAIT_S)
+        await wait_round(registered)
         return out
 
     return later()

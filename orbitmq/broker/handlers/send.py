@@ -8,6 +8,7 @@ Hot path: one header dict, one properties decode, no per-message objects besides
 
 from __future__ import annotations
 
+import inspect
 import struct
 from collections.abc import Coroutine
 from functools import partial
@@ -24,6 +25,7 @@ from orbitmq.broker.metadata.topics import (
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
 )
+from orbitmq.broker.registration import wait_round
 from orbitmq.model.enums import Perm, SysFlag, transaction_type
 from orbitmq.model.names import group_error, send_topic_error
 from orbitmq.model.properties import Prop, decode_properties
@@ -175,6 +177,7 @@ class SendProcessor:
         self._gate_props: frozenset[str] = frozenset()
         self._after_put: tuple[Any, ...] = ()
         self._after_group: tuple[tuple[Any, Any], ...] = ()
+        self._created = False  # _check_topic made the request's topic: its answer waits for the route (_routed)
 
     def _bind_hooks(self, hooks: list[Any]) -> None:
         self._before_put = tuple(h.before_put for h in hooks)
@@ -215,7 +218,9 @@ class SendProcessor:
         refused). A SYNC_FLUSH group-commit wait returns DEFERRED: the flush callback answers through conn.reply
         (no task per send). A put that also waits for a slave (SYNC_MASTER), or any wait with `defer` false,
         becomes a coroutine (the connection runs it as a task)."""
+        self._created = False
         prepared = self._prepare(conn, req)
+        created, self._created = self._created, False
         if type(prepared) is not tuple:
             return prepared  # the refusal
         msgs, queue_id = prepared
@@ -226,7 +231,25 @@ class SendProcessor:
             early = before(conn, req, msgs)
             if early is not None:
                 return early
+        if created and (round_done := self.ctx.register_round()) is not None:
+            return self._routed(round_done, self._put(conn, req, msgs, queue_id, False))
         return self._put(conn, req, msgs, queue_id, defer)
+
+    @staticmethod
+    def _routed(round_done: Any, answer: Any) -> Any:
+        """The answer of a send that created its topic, once the registration round `round_done` has ended
+        (bounded), as Java registers inside the creation: a consumer or producer that looks the topic up right
+        after finds it (the official C++ client otherwise polls routes only every 30 s). The message is stored
+        already."""
+        if answer is DEFERRED or isinstance(answer, BaseException):
+            return answer
+
+        async def later() -> Any:
+            await wait_round(round_done)
+            out = await answer if inspect.isawaitable(answer) else answer
+            return out.decode() if type(out) is EncodedResponse else out
+
+        return later()
 
     def _befores(self, msgs: list[MessageInner]) -> tuple[Any, ...]:
         """The before_put hooks to call for `msgs`: for a single message outside every hook's declared gate only
@@ -303,9 +326,14 @@ class SendProcessor:
         admitted = self.ctx.store.admission_remark() is None
         gate_topics, gate_props = self._gate_topics, self._gate_props
         before_all, before_plain = self._before_put, self._before_plain
+        routed: list[int] = []
         for i, req in enumerate(reqs):
             try:
+                self._created = False
                 prepared = prepare(conn, req, admitted)
+                if self._created:  # a new topic: answered once routed (below)
+                    self._created = False
+                    routed.append(i)
                 if type(prepared) is not tuple:
                     out[i] = prepared
                     continue
@@ -340,6 +368,9 @@ class SendProcessor:
             except Exception as e:
                 out[i] = e
         self._put_pending(conn, pending, out)
+        for i in routed:
+            if (round_done := self.ctx.register_round()) is not None:
+                out[i] = self._routed(round_done, out[i])
         return out
 
     def _one(self, conn: Any, req: RemotingCommand) -> Any:
@@ -488,6 +519,7 @@ class SendProcessor:
             tc = ctx.topics.create_on_send(topic, h.default_topic, h.default_topic_queue_nums, sys_flag)
             if tc is None and retry:
                 tc = ctx.topics.create_system_topic(topic, 1, _RW, sys_flag)
+            self._created = tc is not None
             if tc is None:
                 raise SendReject(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! "
                                                                "(auto-create is off or the default topic cannot "
