@@ -14,7 +14,8 @@ if os.environ.get("ORBITMQ_NO_EXT") != "1":
     ext_modules.append(
         Extension(
             "orbitmq.base._speedups",
-            sources=["orbitmq/base/_speedups.c"],
+            sources=["orbitmq/base/_speedups.c", "orbitmq/base/_dedupmap.c"],
+            depends=["orbitmq/base/_dedupmap.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wno-missing-braces"],
             optional=True,
         )

@@ -41,15 +41,18 @@
  *                                    pass (records, queue offsets, PutResults, DispatchRequests)
  *   put_ok_answer(cls, code, head, msg_id, queue_id, queue_offset, opaque, tail)
  *                                    broker/handlers/send.py put_ok_answer_py: the PUT_OK answer's frame in one buffer
- *   dedup_remember(items, start, table, chunk, put_ok, skip_prefixes, skip_topics)
+ *   dedup_remember(items, start, map, put_ok, skip_prefixes, skip_topics)
  *                                    broker/services/dedup.py DedupService.after_put_many_py's loop for the common
  *                                    stored single: (where the Python code goes on, last store time)
+ *   DedupMap(seed)                   broker/services/dedup.py PyDedupMap: the de-dup table's map (_dedupmap.c)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "_dedupmap.h"
 
 static PyObject *struct_error; /* struct.error: what struct.pack raises for an out-of-range field */
 
@@ -2238,17 +2241,17 @@ error:
 }
 
 
-/* ---- dedup_remember(items, start, table, chunk, put_ok, skip_prefixes, skip_topics) -> (next, last_ts) (API 9) --
- * broker/services/dedup.py DedupService.after_put_many's loop for the common item, from items[start]: an item
+/* ---- dedup_remember(items, start, map, put_ok, skip_prefixes, skip_topics) -> (next, last_ts) (API 10) ----------
+ * broker/services/dedup.py DedupService.after_put_many_py's loop for the common item, from items[start]: an item
  * (req, [msg], result) stored PUT_OK with its store time, a str UNIQ_KEY, no REAL_TOPIC, a topic that is not a
  * retry / DLQ / skipped one and reconsume times <= 0 puts key "uniq SEP topic" -> "ts SEP queueId SEP queueOffset
- * SEP msgId SEP group" into table.entries (a new key) and appends the key to table.tail; an item without a
- * UNIQ_KEY, or one de-dup skips, puts nothing. It stops at the first item the Python code must take (another
- * status, an existing key, REAL_TOPIC, a non-ASCII or odd-typed field, no store time) and returns its index, or
- * the index after the item that filled the tail to `chunk` (the caller freezes it), or len(items); last_ts: the
- * store time of the last PUT_OK single it went past (-1 if none), as the Python loop's. */
-static PyObject *str_status, *str_msg_ids, *str_store_ts, *str_queue_offset, *str_ext_fields, *str_entries,
-    *str_tail_attr, *str_real_topic, *str_producer_group;
+ * SEP msgId SEP group" into `map` (a DedupMap, _dedupmap.c) at the young end, straight from the fields' bytes (no
+ * str is made); an item without a UNIQ_KEY, or one de-dup skips, puts nothing. It stops at the first item the
+ * Python code must take (another status, REAL_TOPIC, a non-ASCII, odd-typed or very long field, no store time) and
+ * returns its index, or len(items); last_ts: the store time of the last PUT_OK single it went past (-1 if none), as
+ * the Python loop's. */
+static PyObject *str_status, *str_msg_ids, *str_store_ts, *str_queue_offset, *str_ext_fields, *str_real_topic,
+    *str_producer_group;
 
 static int dd_ascii_str(PyObject *o) { return o != NULL && PyUnicode_CheckExact(o) && PyUnicode_IS_ASCII(o); }
 
@@ -2267,22 +2270,20 @@ static Py_ssize_t dd_itoa(int64_t v, char *out) { /* decimal, as str(int) */
 }
 
 static PyObject *sp_dedup_remember(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyTuple_CheckExact(args[5])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "dedup_remember(items, start, table, chunk, put_ok, skip_prefixes, skip_topics)");
+    if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyObject_TypeCheck(args[2], &orbitmq_DedupMap_Type)
+        || !PyTuple_CheckExact(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "dedup_remember(items, start, map, put_ok, skip_prefixes, skip_topics)");
         return NULL;
     }
-    PyObject *items = args[0], *table = args[2], *put_ok = args[4], *prefixes = args[5], *skip_topics = args[6];
-    Py_ssize_t k = PyLong_AsSsize_t(args[1]), chunk = PyLong_AsSsize_t(args[3]);
-    if ((k == -1 || chunk == -1) && PyErr_Occurred()) return NULL;
+    PyObject *items = args[0], *map = args[2], *put_ok = args[3], *prefixes = args[4], *skip_topics = args[5];
+    Py_ssize_t k = PyLong_AsSsize_t(args[1]);
+    if (k == -1 && PyErr_Occurred()) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(items);
     int64_t last_ts = -1;
-    PyObject *entries = PyObject_GetAttr(table, str_entries);
-    PyObject *tail = entries == NULL ? NULL : PyObject_GetAttr(table, str_tail_attr);
     PyObject *status = NULL, *msgs = NULL, *ids = NULL, *tsobj = NULL, *m = NULL, *props = NULL, *topic = NULL,
-             *rt = NULL, *qid = NULL, *qoff = NULL, *ext = NULL, *key = NULL, *value = NULL;
-    int failed = tail == NULL;
-    if (!failed && (!PyDict_CheckExact(entries) || !PyList_CheckExact(tail))) goto done; /* Python decides */
+             *rt = NULL, *qid = NULL, *qoff = NULL, *ext = NULL, *key = NULL;
+    int failed = 0;
+    char kbuf[512], vbuf[512]; /* a key or entry that does not fit is left to the Python code */
     for (; k < n && !failed; k++) {
         Py_CLEAR(status); Py_CLEAR(msgs); Py_CLEAR(ids); Py_CLEAR(tsobj); Py_CLEAR(m); Py_CLEAR(props);
         Py_CLEAR(topic); Py_CLEAR(rt); Py_CLEAR(qid); Py_CLEAR(qoff); Py_CLEAR(ext);
@@ -2358,41 +2359,24 @@ static PyObject *sp_dedup_remember(PyObject *self, PyObject *const *args, Py_ssi
         if (overflow) break;
         long long qo = PyLong_AsLongLongAndOverflow(qoff, &overflow);
         if (overflow) break;
-        /* the key: uniq SEP topic */
+        /* the key: uniq SEP topic; the entry: ts SEP qid SEP queueOffset SEP msgId SEP group */
         Py_ssize_t ul = PyUnicode_GET_LENGTH(uniq), tl = PyUnicode_GET_LENGTH(topic);
-        PyObject *kstr = PyUnicode_New(ul + 1 + tl, 127);
-        if (kstr == NULL) goto fail;
-        Py_UCS1 *kd = PyUnicode_1BYTE_DATA(kstr);
-        memcpy(kd, PyUnicode_DATA(uniq), (size_t)ul);
-        kd[ul] = 0x1f;
-        memcpy(kd + ul + 1, PyUnicode_DATA(topic), (size_t)tl);
-        Py_SETREF(key, kstr);
-        int has = PyDict_Contains(entries, key);
-        if (has < 0) goto fail;
-        if (has) break; /* a re-put: DedupTable.put counts its stale position */
-        /* the value: ts SEP qid SEP queueOffset SEP msgId SEP group */
-        char nums[72];
-        Py_ssize_t a = dd_itoa(ts, nums);
-        nums[a++] = 0x1f;
-        a += dd_itoa(q, nums + a);
-        nums[a++] = 0x1f;
-        a += dd_itoa(qo, nums + a);
-        nums[a++] = 0x1f;
         Py_ssize_t il = PyUnicode_GET_LENGTH(msg_id), gl = group == NULL ? 0 : PyUnicode_GET_LENGTH(group);
-        value = PyUnicode_New(a + il + 1 + gl, 127);
-        if (value == NULL) goto fail;
-        Py_UCS1 *vd = PyUnicode_1BYTE_DATA(value);
-        memcpy(vd, nums, (size_t)a);
-        memcpy(vd + a, PyUnicode_DATA(msg_id), (size_t)il);
-        vd[a + il] = 0x1f;
-        if (gl) memcpy(vd + a + il + 1, PyUnicode_DATA(group), (size_t)gl);
-        int rc = PyDict_SetItem(entries, key, value);
-        Py_CLEAR(value);
-        if (rc < 0 || PyList_Append(tail, key) < 0) goto fail;
-        if (PyList_GET_SIZE(tail) >= chunk) {
-            k++;
-            break; /* the caller freezes the tail */
-        }
+        if (ul + 1 + tl > (Py_ssize_t)sizeof kbuf || 72 + il + 1 + gl > (Py_ssize_t)sizeof vbuf) break;
+        memcpy(kbuf, PyUnicode_DATA(uniq), (size_t)ul);
+        kbuf[ul] = 0x1f;
+        memcpy(kbuf + ul + 1, PyUnicode_DATA(topic), (size_t)tl);
+        Py_ssize_t a = dd_itoa(ts, vbuf);
+        vbuf[a++] = 0x1f;
+        a += dd_itoa(q, vbuf + a);
+        vbuf[a++] = 0x1f;
+        a += dd_itoa(qo, vbuf + a);
+        vbuf[a++] = 0x1f;
+        memcpy(vbuf + a, PyUnicode_DATA(msg_id), (size_t)il);
+        a += il;
+        vbuf[a++] = 0x1f;
+        if (gl) memcpy(vbuf + a, PyUnicode_DATA(group), (size_t)gl);
+        if (orbitmq_dm_put(map, kbuf, ul + 1 + tl, vbuf, a + gl, ts, 0) < 0) goto fail;
     }
     goto done;
 fail:
@@ -2400,7 +2384,6 @@ fail:
 done:
     Py_XDECREF(status); Py_XDECREF(msgs); Py_XDECREF(ids); Py_XDECREF(tsobj); Py_XDECREF(m); Py_XDECREF(props);
     Py_XDECREF(topic); Py_XDECREF(rt); Py_XDECREF(qid); Py_XDECREF(qoff); Py_XDECREF(ext); Py_XDECREF(key);
-    Py_XDECREF(value); Py_XDECREF(entries); Py_XDECREF(tail);
     if (failed) return NULL;
     return Py_BuildValue("(nL)", k, (long long)last_ts);
 }
@@ -2528,8 +2511,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         {&str_queue_id, "queue_id"}, {&str_born_host, "born_host"}, {&str_store_host, "store_host"},
         {&str_properties, "properties"}, {&str_tags, "TAGS"}, {&str_keys, "KEYS"}, {&str_uniq_key, "UNIQ_KEY"},
         {&str_status, "status"}, {&str_msg_ids, "msg_ids"}, {&str_store_ts, "store_timestamp"},
-        {&str_queue_offset, "queue_offset"}, {&str_ext_fields, "ext_fields"}, {&str_entries, "entries"},
-        {&str_tail_attr, "tail"}, {&str_real_topic, "REAL_TOPIC"}, {&str_producer_group, "producerGroup"},
+        {&str_queue_offset, "queue_offset"}, {&str_ext_fields, "ext_fields"}, {&str_real_topic, "REAL_TOPIC"}, {&str_producer_group, "producerGroup"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
@@ -2551,7 +2533,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     /* native.py loads the module only when this matches its API_VERSION: a stale build from an older source
      * (an editable install not rebuilt) is ignored instead of missing functions. Bump it with every change of a
      * function's contract or the set of functions. */
-    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", 9) < 0) {
+    if (m == NULL) return NULL;
+    if (PyModule_AddIntConstant(m, "API_VERSION", 10) < 0 || orbitmq_dm_add_type(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-API_VERSION = 9  # must equal the extension's API_VERSION (_speedups.c): an older build is ignored, not half-used
+API_VERSION = 10  # must equal the extension's API_VERSION (_speedups.c): an older build is ignored, not half-used
 
 
 def speedups() -> ModuleType | None:

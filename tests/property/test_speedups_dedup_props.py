@@ -1,8 +1,9 @@
 """Hypothesis: the native de-dup loop (`_speedups.dedup_remember`, taken by DedupService.after_put_many) leaves the
-table exactly as the pure-Python after_put_many_py does: the same entries in the same order, the same order log
-(tail, frozen chunks, stale positions), the same eviction and the same per-item errors, on reads mixing the common
-stored single with everything the native loop hands back (other statuses, batches, REAL_TOPIC, retry and skipped
-topics, re-put keys, non-ASCII fields, no store time, odd types) and with the order log about to freeze a chunk."""
+native map (`DedupMap`) exactly as the pure-Python after_put_many_py leaves the Python map (`PyDedupMap`): the same
+entries in the same order, the same positions (live and evicted), the same eviction and the same per-item errors, on
+reads mixing the common stored single with everything the native loop hands back (other statuses, batches,
+REAL_TOPIC, retry and skipped topics, re-put keys, non-ASCII fields, no store time, odd types) and with the Python
+map's order log about to freeze a chunk."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from orbitmq.broker.config import BrokerConfig
 from orbitmq.broker.services import BackgroundWrites
 from orbitmq.broker.services import dedup as dedup_mod
-from orbitmq.broker.services.dedup import CHUNK, DedupService
+from orbitmq.broker.services.dedup import CHUNK, DedupService, PyDedupMap
 from orbitmq.protocol import RemotingCommand, RequestCode
 from orbitmq.store import PutResult, PutStatus
 
@@ -29,10 +30,10 @@ NOW = 1_700_000_000_000
 def _native_bound():
     """after_put_many calls the extension through a module global that dedup.py binds only when it uses the
     extension: bound here too, so the loops are compared under ORBITMQ_PURE_PYTHON=1 as well."""
-    saved = dedup_mod._remember
-    dedup_mod._remember = native.dedup_remember
+    saved = dedup_mod._remember, dedup_mod._DedupMap
+    dedup_mod._remember, dedup_mod._DedupMap = native.dedup_remember, native.DedupMap
     yield
-    dedup_mod._remember = saved
+    dedup_mod._remember, dedup_mod._DedupMap = saved
 
 
 class _Clock:
@@ -48,11 +49,13 @@ class _Msg:
                                                                             reconsume_times)
 
 
-def _service(tmp: str) -> DedupService:
+def _service(tmp: str, native_map: bool = True) -> DedupService:
     ctx = SimpleNamespace(config=BrokerConfig(), stats=SimpleNamespace(counters={}), role_listeners=[],
                           store_host="127.0.0.1:10911")
     env = SimpleNamespace(clock=_Clock(), config_dir=tmp, store_config=None, writes=BackgroundWrites())
-    return DedupService(ctx, env)  # type: ignore[arg-type]
+    svc = DedupService(ctx, env)  # type: ignore[arg-type]
+    svc.table.entries = native.DedupMap(seed=7) if native_map else PyDedupMap()
+    return svc
 
 
 @st.composite
@@ -105,7 +108,7 @@ def _item(draw: Any) -> tuple[RemotingCommand, list[Any], PutResult]:
 
 def _state(svc: DedupService) -> tuple[Any, ...]:
     t = svc.table
-    return (list(t.entries.items()), list(t.tail), list(t.chunks), dict(t.dups), t.base, t.head, t.position)
+    return (list(t.entries.items()), t.entries.rows(0, t.position), len(t), t.evicted_position, t.position)
 
 
 @settings(max_examples=300, deadline=None)
@@ -113,7 +116,7 @@ def _state(svc: DedupService) -> tuple[Any, ...]:
        fill=st.sampled_from([0, CHUNK - 3, CHUNK - 1]))
 def test_native_loop_leaves_the_table_as_the_python_loop(tmp_path_factory: Any, items: list[Any],
                                                          existing: list[str], fill: int) -> None:
-    svcs = [_service(str(tmp_path_factory.mktemp("d"))) for _ in range(2)]
+    svcs = [_service(str(tmp_path_factory.mktemp("d")), native_map) for native_map in (True, False)]
     for svc in svcs:
         for k in existing:  # keys a read may put again
             svc.table.put(f"{k}\x1fTopicA", f"{NOW - 1}\x1f0\x1f0\x1fID\x1fPG")
@@ -134,10 +137,13 @@ def test_the_native_loop_is_taken_and_stops_where_python_must_decide(tmp_path: A
     req = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"a": "PA"}, b"b")
     plain = (req, [_Msg("TopicA", 3, {"UNIQ_KEY": "K1"}, 0)], ok)
     real = (req, [_Msg("TopicA", 3, {"UNIQ_KEY": "K2", "REAL_TOPIC": "TopicB"}, 0)], ok)
-    k, ts = native.dedup_remember([plain, real, plain], 0, svc.table, CHUNK, PutStatus.PUT_OK,
+    k, ts = native.dedup_remember([plain, real, plain], 0, svc.table.entries, PutStatus.PUT_OK,
                                   ("%RETRY%", "%DLQ%"), frozenset())
     assert (k, ts) == (1, NOW)
-    assert svc.table.entries == {"K1\x1fTopicA": f"{NOW}\x1f3\x1f7\x1fID1\x1fPA"}
-    assert svc.table.tail == ["K1\x1fTopicA"]
-    # a key already in the table goes back to Python (DedupTable.put counts the stale position)
-    assert native.dedup_remember([plain], 0, svc.table, CHUNK, PutStatus.PUT_OK, ("%RETRY%",), frozenset())[0] == 0
+    assert svc.table.entries.items() == [("K1\x1fTopicA", f"{NOW}\x1f3\x1f7\x1fID1\x1fPA")]
+    assert svc.table.position == 1
+    # a key already in the table is put again natively: it moves to the young end, its first position is stale
+    assert native.dedup_remember([plain], 0, svc.table.entries, PutStatus.PUT_OK, ("%RETRY%",), frozenset()) == (1, NOW)
+    assert svc.table.position == 2 and len(svc.table) == 1 and svc.table.rows(0, 1) == []
+    with pytest.raises(TypeError):  # the native loop writes only into a native map
+        native.dedup_remember([plain], 0, PyDedupMap(), PutStatus.PUT_OK, ("%RETRY%",), frozenset())

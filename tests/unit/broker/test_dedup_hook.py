@@ -6,8 +6,11 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from orbitmq.broker.config import BrokerConfig
 from orbitmq.broker.services import BackgroundWrites
+from orbitmq.broker.services import dedup as dedup_mod
 from orbitmq.broker.services.dedup import CHUNK, DedupService, DedupTable, encode_entry, table_key
 from orbitmq.broker.stats import BrokerStats
 from orbitmq.model.properties import Prop
@@ -178,33 +181,57 @@ def test_single_send_fast_path_remembers_what_the_batch_loop_does(tmp_path: Any)
             assert (len(single.table) > 0) == (status is not PutStatus.SERVICE_NOT_AVAILABLE and ids == 1)
 
 
-def test_eviction_order_log_skips_reput_keys_and_compacts() -> None:
-    t = DedupTable(window_ms=1000, max_entries=100_000)
+_MAPS = ["native", "python"] if dedup_mod._native is not None else ["python"]
+
+
+@pytest.mark.parametrize("impl", _MAPS)
+def test_eviction_skips_stale_positions_and_gives_memory_back(impl: str) -> None:
+    t = DedupTable(window_ms=1000, max_entries=100_000, native=impl == "native")
     for i in range(20_000):
         t.put(f"k{i}", encode_entry("G", 100, f"id{i}", 0, i))
-    t.put("k5", encode_entry("G", 500, "id5b", 0, 99))  # re-put: its first position in the log is stale
-    assert t.dups == {"k5": 1} and t.position == 20_001
-    assert [k for keys in t.slices(1020, 1030, 4) for k in keys] == [f"k{i}" for i in range(1020, 1030)]
+    t.put("k5", encode_entry("G", 500, "id5b", 0, 99))  # re-put: its first position is stale
+    assert t.position == 20_001 and len(t) == 20_000
+    assert [k for k, _ in t.rows(1020, 1030)] == [f"k{i}" for i in range(1020, 1030)]
+    assert [k for k, _ in t.rows(0, 10)] == [f"k{i}" for i in range(10) if i != 5]  # the stale position skipped
+    assert t.rows(20_000, 20_001) == [("k5", encode_entry("G", 500, "id5b", 0, 99))]
     t.evict(1150)  # ts 100 expired, ts 500 not
     got = t.get("k5")
     assert list(t.entries) == ["k5"] and got is not None and got[2] == "id5b"
-    assert t.head == 20_000 and t.dups == {}
-    assert t.base == 19 * CHUNK and t.chunks == [] and t.tail[-1] == "k5"  # whole evicted chunks dropped
-    assert [k for keys in t.slices(0, t.position, 1000) for k in keys] == ["k5"]
+    assert t.evicted_position == 20_000 and [k for k, _ in t.rows(0, t.position)] == ["k5"]
+    if impl == "python":
+        m = t.entries
+        assert m.dups == {} and m.base == 19 * CHUNK and m.chunks == [] and m.tail[-1] == "k5"  # chunks dropped
     t.evict(1600)
-    assert len(t) == 0
+    assert len(t) == 0 and t.evicted_position == t.position == 20_001
 
 
-def test_table_holds_no_gc_tracked_container_but_its_tail() -> None:
-    """The table must stay out of the cyclic GC's way: its dict and frozen chunks untracked after a collection."""
+@pytest.mark.skipif(dedup_mod._native is None, reason="the native map needs the extension")
+def test_native_map_shrinks_after_a_burst() -> None:
+    """A burst grows the arrays; once it is evicted they are given back (not kept at the burst's size)."""
+    t = DedupTable(window_ms=1000, max_entries=1_000_000, native=True)
+    for i in range(100_000):
+        t.put(f"{i:032X}\x1fTopicA", encode_entry("ProducerGroupA", 1000, f"7F00000100002A9F{i:016X}", 1, i))
+    grown = t.entries.nbytes
+    assert grown > 8 << 20
+    assert grown < 100_000 * 260  # compact: a dict of str took ≈ 340 B per entry
+    t.put("late\x1fTopicA", encode_entry("G", 5000, "id", 0, 0))
+    t.evict(5500)
+    assert list(t.entries) == ["late\x1fTopicA"] and t.entries.nbytes < grown // 8
+
+
+@pytest.mark.parametrize("impl", _MAPS)
+def test_table_holds_no_gc_tracked_container_but_its_tail(impl: str) -> None:
+    """The table must stay out of the cyclic GC's way: no GC-tracked object per entry, no tracked container but
+    the Python map's short tail."""
     import gc
 
-    t = DedupTable(window_ms=10_000, max_entries=100_000)
+    t = DedupTable(window_ms=10_000, max_entries=100_000, native=impl == "native")
     for i in range(5000):
         t.put(f"key-{i}", encode_entry("PG" if i % 2 else None, 1000 + i, f"ID{i}", i % 4, i))
     gc.collect()
-    assert not gc.is_tracked(t.entries)
-    assert t.chunks and not any(gc.is_tracked(c) for c in t.chunks)
+    assert not gc.is_tracked(t.entries) if impl == "native" else not gc.is_tracked(t.entries._entries)
+    if impl == "python":
+        assert t.entries.chunks and not any(gc.is_tracked(c) for c in t.entries.chunks)
     assert t.get("key-7") == ("PG", 1007, "ID7", 3, 7) and t.get("key-8") == (None, 1008, "ID8", 0, 8)
 
 
@@ -258,9 +285,10 @@ def test_journal_tick_survives_evictions_and_reputs_between_slices(tmp_path: Any
         await svc.snapshot()  # nothing new: no line
 
     asyncio.run(run())
-    assert [(pos, rows) for _, pos, rows in appended] == [(0, 99), (100, 2)]
+    # k50's first position is stale once it is put again: its row goes out with the next tick, once
+    assert [(pos, rows) for _, pos, rows in appended] == [(0, 98), (100, 2)]
     first, second = appended[0][0], appended[1][0]
-    assert first.count(b'"k50"') == 1 and b'"k60"' not in first and b'"new"' not in first
+    assert b'"k50"' not in first and b'"k60"' not in first and b'"new"' not in first
     assert b'"k50"' in second and b'"new"' in second
     loaded = _reloaded(tmp_path, clock).table
     assert set(loaded.entries) == {f"k{i}" for i in range(100)} - {"k60"} | {"new"}
@@ -393,7 +421,7 @@ def test_a_retry_while_the_original_waits_for_its_flush_gets_the_original_answer
         svc.after_put(None, first, msgs, PutResult(PutStatus.FLUSH_DISK_TIMEOUT, 100, 10, ["ID0"], 7, 1, 1_000_000))
         resp = await asyncio.wait_for(task, 5)
         assert resp.code == 10 and resp.ext_fields["msgId"] == "ID0"  # FLUSH_DISK_TIMEOUT, like the original
-        assert not svc.table.dups and len(svc.table) == 1  # remembered once, at append time
+        assert svc.table.position == 1 and len(svc.table) == 1  # remembered once, at append time
         later = svc.before_put(None, _req(), [_msg("K1")])
         assert isinstance(later, RemotingCommand) and later.code == 0  # settled: answered at once
         assert ctx.stats.counters["dedupHits"] == 2
