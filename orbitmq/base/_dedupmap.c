@@ -6,10 +6,11 @@
  * operations and requires the same answers. Why and layout: docs/design/filter-dedup.md ("The native map").
  *
  * Layout, all in malloc'd arrays (no Python object, so nothing for the cyclic GC or pymalloc):
- * - arena: records in position order, each a dm_rec header (hash, store time, lengths, live flag) followed by the
- *   key's and the value's UTF-8 bytes, 8-byte aligned. Offsets are logical (they grow forever); `alo` is the
- *   logical offset of arena[0]. Appending is sequential; the evicted front is dropped by moving the live region
- *   down (compaction) or into a bigger buffer when it is more than half full.
+ * - arena: a ring of records in position order, each a dm_rec header (hash, store time, lengths, live flag)
+ *   followed by the key's and the value's UTF-8 bytes, 8-byte aligned; a record never wraps (the bytes before the
+ *   end are skipped instead). Offsets are logical (they grow; the byte is at offset & (acap - 1)). Appending is
+ *   sequential and eviction frees the old end, so a steady load goes round the ring without copying; a full ring
+ *   is copied into one twice the size (and a mostly empty one into a smaller one).
  * - offs: the logical arena offset of each position from `plo` on (position -> record), for the journal's walk.
  * - slots: open addressing with linear probing over (hash, logical offset + 1), load at most 1/2, deletion by
  *   backward shift (no tombstones). A lookup that misses reads one slot run; a hit also reads its record to
@@ -37,7 +38,7 @@ typedef struct {
     PyObject_HEAD
     uint64_t seed;
     char *arena;
-    uint64_t acap, alo, aend;
+    uint64_t acap, aend; /* acap: a power of two (or 0); aend: the logical end */
     uint64_t *offs;
     uint64_t ocap, plo, pend, head; /* offs[0] is position plo; pend: the next put's position; head: first kept */
     dm_slot *slots;
@@ -50,7 +51,7 @@ typedef struct {
 #define SHRINK_FROM ((uint64_t)1 << 20)
 #define MAX_FIELD ((Py_ssize_t)1 << 30)
 
-static inline dm_rec *rec_at(DedupMap *m, uint64_t off) { return (dm_rec *)(m->arena + (off - m->alo)); }
+static inline dm_rec *rec_at(DedupMap *m, uint64_t off) { return (dm_rec *)(m->arena + (off & (m->acap - 1))); }
 static inline const char *rec_key(dm_rec *r) { return (const char *)(r + 1); }
 static inline const char *rec_value(dm_rec *r) { return (const char *)(r + 1) + r->klen; }
 static inline uint64_t rec_size(uint64_t klen, uint64_t vlen) {
@@ -155,29 +156,50 @@ static uint64_t pow2_at_least(uint64_t want, uint64_t floor) {
     return c;
 }
 
-/* The arena's live region (from the head record) moved to the front of a buffer holding at least twice
- * (live + need): the same buffer when that fits and is not 4 times too big, else a new one. */
-static int dm_arena_resize(DedupMap *m, uint64_t need) {
-    uint64_t lo = m->head < m->pend ? m->offs[m->head - m->plo] : m->aend, live = m->aend - lo;
-    uint64_t cap = pow2_at_least(2 * (live + need), ARENA_MIN);
-    if (cap <= m->acap && cap * 4 > m->acap) {
-        if (lo != m->alo) memmove(m->arena, m->arena + (lo - m->alo), live);
-    } else {
-        char *fresh = malloc(cap);
-        if (fresh == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        if (live) memcpy(fresh, m->arena + (lo - m->alo), live);
-        free(m->arena);
-        m->arena = fresh;
-        m->acap = cap;
+static uint64_t dm_lo(DedupMap *m) { /* the logical offset of the head record (aend when there is none) */
+    return m->head < m->pend ? m->offs[m->head - m->plo] : m->aend;
+}
+
+static uint64_t dm_pad(DedupMap *m, uint64_t size) { /* bytes skipped so that a record of `size` does not wrap */
+    uint64_t at = m->aend & (m->acap - 1);
+    return at + size > m->acap ? m->acap - at : 0;
+}
+
+/* The records of positions head.. copied in order to the start of a new arena of `cap` bytes (a power of two
+ * holding them at least 1.5 times: twice the size when the ring is full); their offsets change, so the index is rebuilt. Growth (the ring is full) and shrinking only:
+ * a steady load wraps around the ring and never copies. */
+static int dm_arena_rebase(DedupMap *m, uint64_t cap) {
+    char *fresh = malloc(cap);
+    if (fresh == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
-    m->alo = lo;
+    uint64_t at = 0;
+    for (uint64_t p = m->head; p < m->pend; p++) {
+        uint64_t *off = &m->offs[p - m->plo];
+        dm_rec *r = rec_at(m, *off);
+        uint64_t size = rec_size(r->klen, r->vlen);
+        memcpy(fresh + at, r, size);
+        *off = at;
+        at += size;
+    }
+    free(m->arena);
+    m->arena = fresh;
+    m->acap = cap;
+    m->aend = at;
+    if (m->nslots) {
+        memset(m->slots, 0, m->nslots * sizeof(dm_slot));
+        for (uint64_t p = m->head; p < m->pend; p++) {
+            dm_rec *r = rec_at(m, m->offs[p - m->plo]);
+            if (r->live) dm_index(m, r->hash, m->offs[p - m->plo]);
+        }
+    }
     return 0;
 }
 
-static int dm_offs_resize(DedupMap *m, uint64_t need) { /* offs from the head position on, as dm_arena_resize */
+/* offs from the head position on, moved to the front of a buffer holding them twice (a new one when that is bigger
+ * or a quarter the size) */
+static int dm_offs_resize(DedupMap *m, uint64_t need) {
     uint64_t live = m->pend - m->head, cap = pow2_at_least(2 * (live + need), OFFS_MIN);
     if (cap <= m->ocap && cap * 4 > m->ocap) {
         if (m->head != m->plo) memmove(m->offs, m->offs + (m->head - m->plo), live * sizeof(uint64_t));
@@ -206,7 +228,9 @@ int orbitmq_dm_put(PyObject *map, const char *k, Py_ssize_t klen, const char *v,
     uint64_t size = rec_size((uint64_t)klen, (uint64_t)vlen);
     /* every allocation first: a failure leaves the map as it was (an existing key is not lost) */
     if (dm_slots_reserve(m) < 0) return -1;
-    if (m->aend + size > m->alo + m->acap && dm_arena_resize(m, size) < 0) return -1;
+    if ((m->acap == 0 || m->aend + dm_pad(m, size) + size - dm_lo(m) > m->acap)
+        && dm_arena_rebase(m, pow2_at_least((m->aend - dm_lo(m) + size) * 3 / 2, ARENA_MIN)) < 0)
+        return -1;
     if (m->pend - m->plo >= m->ocap && dm_offs_resize(m, 1) < 0) return -1;
     uint64_t h = dm_hash(m->seed, k, (size_t)klen);
     dm_slot *s = dm_find(m, h, k, (size_t)klen);
@@ -216,7 +240,7 @@ int orbitmq_dm_put(PyObject *map, const char *k, Py_ssize_t klen, const char *v,
         dm_slot_delete(m, (uint64_t)(s - m->slots));
         m->used--;
     }
-    uint64_t off = m->aend;
+    uint64_t off = m->aend + dm_pad(m, size);
     dm_rec *r = rec_at(m, off);
     r->hash = h;
     r->ts = ts;
@@ -226,7 +250,7 @@ int orbitmq_dm_put(PyObject *map, const char *k, Py_ssize_t klen, const char *v,
     r->pad = 0;
     memcpy((char *)(r + 1), k, (size_t)klen);
     memcpy((char *)(r + 1) + klen, v, (size_t)vlen);
-    m->aend += size;
+    m->aend = off + size;
     m->offs[m->pend - m->plo] = off;
     m->pend++;
     dm_index(m, h, off);
@@ -380,12 +404,11 @@ out:
 }
 
 /* after eviction: give back what a burst made the arrays grow to, once a buffer a quarter the size (or less) holds
- * twice the live part (the resize functions then allocate instead of compacting in place), and the index once a
- * quarter of it holds the live entries at load 1/4 */
+ * twice the live part, and the index once a quarter of it holds the live entries at load 1/4 */
 static void dm_maybe_shrink(DedupMap *m) {
     if (m->acap >= SHRINK_FROM) {
-        uint64_t lo = m->head < m->pend ? m->offs[m->head - m->plo] : m->aend;
-        if (pow2_at_least(2 * (m->aend - lo), ARENA_MIN) * 4 <= m->acap && dm_arena_resize(m, 0) < 0) PyErr_Clear();
+        uint64_t cap = pow2_at_least(2 * (m->aend - dm_lo(m)), ARENA_MIN);
+        if (cap * 4 <= m->acap && dm_arena_rebase(m, cap) < 0) PyErr_Clear();
     }
     if (m->ocap * sizeof(uint64_t) >= SHRINK_FROM && pow2_at_least(2 * (m->pend - m->head), OFFS_MIN) * 4 <= m->ocap
         && dm_offs_resize(m, 0) < 0)

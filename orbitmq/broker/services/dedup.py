@@ -255,7 +255,10 @@ class DedupTable:
 
     def put(self, key: str, value: str, *, keep_existing: bool = False) -> None:
         """Remember `value` (an encode_entry str) for `key`, at the young end."""
-        self.entries.put(key, value, keep_existing=keep_existing)
+        if keep_existing:
+            self.entries.put(key, value, keep_existing=True)
+        else:
+            self.entries.put(key, value)  # positional: no keyword parsing on the send path
 
     def evict(self, now: int) -> None:
         entries = self.entries
