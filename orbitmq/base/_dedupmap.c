@@ -15,7 +15,7 @@
  * - offs: the logical arena offset of each position from `plo` on (position -> record), for the journal's walk.
  * - slots: open addressing with linear probing over (hash, logical offset + 1), load at most 1/2, deletion by
  *   backward shift (no tombstones). A lookup that misses reads one slot run; a hit also reads its record to
- *   compare the key bytes. The hash is seeded per table (the seed comes from Python's secrets module).
+ *   compare the key bytes. The hash is CPython's keyed SipHash of the key bytes (dm_hash).
  */
 #include "_dedupmap.h"
 
@@ -77,31 +77,11 @@ static inline uint64_t rec_size(uint64_t klen, uint64_t vlen) {
     return (sizeof(dm_rec) + klen + vlen + 7) & ~(uint64_t)7;
 }
 
-/* 64-bit multiply-xorshift hash of bytes, seeded (in-process only: it never reaches a file) */
-static uint64_t dm_hash(uint64_t seed, const char *p, size_t n) {
-    const uint64_t mul = 0xc6a4a7935bd1e995ULL;
-    uint64_t h = seed ^ ((uint64_t)n * mul);
-    while (n >= 8) {
-        uint64_t k;
-        memcpy(&k, p, 8);
-        k *= mul;
-        k ^= k >> 47;
-        k *= mul;
-        h ^= k;
-        h *= mul;
-        p += 8;
-        n -= 8;
-    }
-    if (n) {
-        uint64_t k = 0;
-        memcpy(&k, p, n);
-        h ^= k;
-        h *= mul;
-    }
-    h ^= h >> 47;
-    h *= mul;
-    h ^= h >> 47;
-    return h;
+/* The key's hash: CPython's own keyed hash of bytes (SipHash-1-3 under the process's random key, the one `hash(b)`
+ * uses), so that keys cannot be chosen to collide and make every probe run long; `seed` only varies the slots the
+ * keys land in (tests). In-process only: it never reaches a file. */
+static inline uint64_t dm_hash(uint64_t seed, const char *p, size_t n) {
+    return (uint64_t)_Py_HashBytes(p, (Py_ssize_t)n) ^ seed;
 }
 
 static dm_slot *dm_find(DedupMap *m, uint64_t h, const char *k, size_t klen) {

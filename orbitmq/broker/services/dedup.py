@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -221,7 +220,7 @@ class DedupTable:
         self.max_entries = max_entries
         if native is None:
             native = _native is not None
-        self.entries: Any = _native.DedupMap(seed=secrets.randbits(64)) if native else PyDedupMap()
+        self.entries: Any = _native.DedupMap() if native else PyDedupMap()
         # store time of the entry evict() stopped at: while it is inside the window and the table not over its
         # size, evict() returns at once (entries are put in store-time order, so the others are younger)
         self._head_ts = -1
