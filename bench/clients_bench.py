@@ -40,6 +40,7 @@ from time import perf_counter
 if __package__ in (None, ""):  # run as a script: make `bench` and `orbitmq` importable from the repo root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.cli_args import key_value  # noqa: E402
 from bench.drivers import Driver, make_driver  # noqa: E402
 from bench.machine import warm_memory  # noqa: E402
 from bench.metrics import CpuWindow, Latencies, Meter  # noqa: E402
@@ -207,7 +208,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--messages", type=int, default=Options.messages, help="timed messages per row")
     p.add_argument("--size", type=int, default=Options.size)
     p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {','.join(ROWS + MORE_ROWS)}")
-    p.add_argument("--orbitmq-set", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--orbitmq-set", action="append", default=[], metavar="KEY=VALUE", type=key_value,
                    help="a broker.conf setting for the OrbitMQ broker (repeatable), e.g. dedupEnable=false")
     p.add_argument("--nats-url", default=Options.nats_url)
     p.add_argument("--out", default="", help="also write the results as JSON to this file")
@@ -219,15 +220,13 @@ def parse_args(argv: list[str] | None = None) -> Options:
     bad = [r for r in rows if r not in ROWS + MORE_ROWS and not (r.startswith("cpp_p") and r[5:].isdigit())]
     if bad or not rows:
         p.error(f"--rows: choose from {','.join(ROWS + MORE_ROWS)} (or cpp_p<N>), got {ns.rows!r}")
-    if any("=" not in kv or not kv.split("=", 1)[0] for kv in ns.orbitmq_set):
-        p.error(f"--orbitmq-set: KEY=VALUE, got {ns.orbitmq_set!r}")
     if ns.repeat < 1:
         p.error(f"--repeat: at least 1, got {ns.repeat}")
     if ns.warm_gib < 0:
         p.error(f"--warm-gib: at least 0, got {ns.warm_gib}")
     return Options(messages=ns.messages, size=ns.size, rows=rows, nats_url=ns.nats_url, out=ns.out,
                    repeat=ns.repeat, warm_gib=ns.warm_gib,
-                   broker_conf=dict(kv.split("=", 1) for kv in ns.orbitmq_set))
+                   broker_conf=dict(ns.orbitmq_set))
 
 
 async def main_async(opts: Options) -> list[list[dict]]:

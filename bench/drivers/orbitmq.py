@@ -89,7 +89,7 @@ class OrbitDriver(Driver):
                 "writeQueueNums": self.queues, "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
                 "order": False})
             deadline = time.monotonic() + 30
-            while True:  # the broker re-registers with the name server asynchronously
+            while True:  # answered after the registration round carrying the topic, bounded at 2 s: poll beyond
                 try:
                     route = await session.route(self._topic)
                     if route.queue_datas and route.queue_datas[0].write_queue_nums == self.queues:

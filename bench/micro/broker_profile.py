@@ -35,6 +35,11 @@ import tempfile
 import time
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make `bench` importable from the repo root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.cli_args import key_value  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "bench" / "load_worker.py"
 
@@ -97,7 +102,7 @@ async def drive(ns: argparse.Namespace) -> None:
         "brokerClusterName": "ProfCluster", "brokerName": "prof-broker", "brokerIP1": "127.0.0.1",
         "listenPort": port, "namesrvAddr": f"127.0.0.1:{ns_port}", "storePathRootDir": str(work / "store"),
         "flushDiskType": "ASYNC_FLUSH", "autoCreateTopicEnable": "true", "defaultTopicQueueNums": 8,
-        **dict(kv.split("=", 1) for kv in ns.set)})
+        **dict(ns.set)})
     out = ns.out or str(work / "broker.prof")
     cmd = [sys.executable, __file__, "--serve", out, "--log-level", "WARNING", "standalone", "-c", str(conf),
            "--namesrv-port", str(ns_port)]
@@ -181,12 +186,10 @@ def main() -> None:
     p.add_argument("--out", default="", help="keep the stats file here")
     p.add_argument("--top", type=int, default=30, help="rows of each listing")
     p.add_argument("--no-profile", action="store_true", help="the load and broker CPU only")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=key_value,
                    help="a broker.conf setting (repeatable), e.g. --set dedupEnable=false")
     p.add_argument("--gc0", type=int, default=0, help="the broker's gen-0 GC threshold (default: Python's)")
     ns = p.parse_args()
-    if any("=" not in kv or not kv.split("=", 1)[0] for kv in ns.set):
-        p.error(f"--set: KEY=VALUE, got {ns.set!r}")
     asyncio.run(drive(ns))
 
 
