@@ -166,8 +166,8 @@ static uint64_t dm_pad(DedupMap *m, uint64_t size) { /* bytes skipped so that a 
 }
 
 /* The records of positions head.. copied in order to the start of a new arena of `cap` bytes (a power of two
- * holding them at least 1.5 times: twice the size when the ring is full); their offsets change, so the index is rebuilt. Growth (the ring is full) and shrinking only:
- * a steady load wraps around the ring and never copies. */
+ * holding them at least 1.5 times: twice the size when the ring is full); their offsets change, so the index is
+ * rebuilt. Growth (the ring is full) and shrinking only: a steady load wraps around the ring and never copies. */
 static int dm_arena_rebase(DedupMap *m, uint64_t cap) {
     char *fresh = dm_alloc(cap);
     if (fresh == NULL) {
