@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from types import SimpleNamespace
 from typing import Any
 
@@ -217,6 +218,33 @@ def test_native_map_shrinks_after_a_burst() -> None:
     t.put("late\x1fTopicA", encode_entry("G", 5000, "id", 0, 0))
     t.evict(5500)
     assert list(t.entries) == ["late\x1fTopicA"] and t.entries.nbytes < grown // 8
+
+
+def _rss_anon() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no RssAnon in /proc/self/status")
+
+
+@pytest.mark.skipif(dedup_mod._native is None or not os.path.exists("/proc/self/status"),
+                    reason="the native map's memory, read from Linux's /proc")
+def test_native_map_memory_follows_its_records() -> None:
+    """200,000 entries of the batch path's shape (168-byte records, 33.6 MB) take a ring of at most 1.5 times that,
+    not the next power of two (64 MiB, which a wrapping ring makes resident); the rings freed while growing, and the
+    arrays freed by clear(), go back to the system instead of staying in the heap."""
+    t = DedupTable(window_ms=1000, max_entries=1_000_000, native=True)
+    before = _rss_anon()
+    for i in range(200_000):
+        t.put(f"{i:032X}\x1fbench-orbitmq-async-1764212345",
+              encode_entry("bench-producer", 1_764_212_345_000, f"7F00000100002A9F{i:016X}", 1, 100_000 + i))
+    records = 200_000 * 168
+    index_and_positions = (8 + 4) << 20  # 2^19 slots of 16 B (load <= 1/2), 2^19 positions of 8 B
+    assert t.entries.nbytes <= records * 3 // 2 + index_and_positions + (2 << 20)
+    assert _rss_anon() - before <= t.entries.nbytes + (4 << 20)
+    t.clear()
+    assert _rss_anon() - before <= 4 << 20
 
 
 @pytest.mark.parametrize("impl", _MAPS)
