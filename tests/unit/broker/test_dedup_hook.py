@@ -242,9 +242,9 @@ def test_native_map_memory_follows_its_records() -> None:
     records = 200_000 * 168
     index_and_positions = (8 + 4) << 20  # 2^19 slots of 16 B (load <= 1/2), 2^19 positions of 8 B
     assert t.entries.nbytes <= records * 3 // 2 + index_and_positions + (2 << 20)
-    assert _rss_anon() - before <= t.entries.nbytes + (4 << 20)
-    t.clear()
-    assert _rss_anon() - before <= 4 << 20
+    assert _rss_anon() - before <= t.entries.nbytes + (8 << 20)
+    t.clear()  # with malloc'd arrays, 15 MiB stayed resident here; as mappings of their own, 1.4 MiB
+    assert _rss_anon() - before <= 6 << 20
 
 
 @pytest.mark.parametrize("impl", _MAPS)
