@@ -341,19 +341,26 @@ async def broker_targets(s: AdminSession, broker_addr: str | None, cluster: str 
 @common_options
 def broker_status(broker_addr: str | None, cluster: str | None, namesrv: str, json_mode: bool,
                   timeout_ms: int) -> None:
-    """A broker's runtime info (GET_BROKER_RUNTIME_INFO) as key/value pairs."""
+    """A broker's runtime info (GET_BROKER_RUNTIME_INFO) as key/value pairs. A broker that is still starting (it
+    is not registered yet: name it with -b) shows its start-up progress instead, and the command exits 1."""
     if cluster is not None and broker_addr is not None:
         raise click.UsageError("give at most one of -b BROKER_ADDR or -c CLUSTER")
     out = Output(json_mode)
 
     async def action(s: AdminSession) -> None:
-        result = {addr: await s.admin.broker_runtime_info(addr)
-                  for addr in await broker_targets(s, broker_addr, cluster)}
+        result: dict[str, dict[str, str]] = {}
+        starting: dict[str, str] = {}
+        for addr in await broker_targets(s, broker_addr, cluster):
+            result[addr], remark = await s.admin.broker_status(addr)
+            if remark is not None:
+                starting[addr] = remark
         if json_mode:
             out.json(result if cluster else next(iter(result.values())))
-            return
-        for addr, info in result.items():
-            out.kv(f"broker {addr}", sorted(info.items()))
+        else:
+            for addr, info in result.items():
+                out.kv(f"broker {addr}" + (" (starting)" if addr in starting else ""), sorted(info.items()))
+        if starting:
+            raise CliError("; ".join(f"{addr}: {remark}" for addr, remark in starting.items()))
 
     run_admin(namesrv, timeout_ms, action)
 

@@ -248,6 +248,20 @@ class AdminBase:
         resp = await self.request(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
         return dict(KVTable.from_json(resp.body).table) if resp.body else {}
 
+    async def broker_status(self, broker_addr: str) -> tuple[dict[str, str], str | None]:
+        """GET_BROKER_RUNTIME_INFO of a running broker as (its runtime info, None); of a starting one as (its start-up
+        progress, the answer's remark): a starting broker answers SERVICE_NOT_AVAILABLE with the progress as a
+        KVTable body (startupPhase, the store recovery's step and bytes). Any other answer raises, as
+        broker_runtime_info."""
+        resp = await self.request(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO,
+                                  ok=(ResponseCode.SUCCESS, ResponseCode.SERVICE_NOT_AVAILABLE))
+        table = dict(KVTable.from_json(resp.body).table) if resp.body else {}
+        if resp.code == ResponseCode.SUCCESS:
+            return table, None
+        if not table:  # shutting down, or refused without progress: the plain error
+            check(resp, broker_addr, (ResponseCode.SUCCESS,))
+        return table, resp.remark or "broker is starting"
+
     async def broker_config(self, broker_addr: str) -> dict[str, str]:
         """GET_BROKER_CONFIG: the broker's effective configuration as key -> text."""
         resp = await self.request(broker_addr, RequestCode.GET_BROKER_CONFIG)
