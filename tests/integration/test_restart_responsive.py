@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import orjson
 import pytest
@@ -34,6 +35,17 @@ def _slow(real, started: threading.Event, at: list[float]):
     return slow
 
 
+async def _name_server_and_broker(tmp_path) -> tuple[Any, str, Broker]:
+    """A started name server, its address, and a broker (not started) registering with it."""
+    ns_cfg, _ = load_namesrv_settings(None, port=0, kv_config_path=str(tmp_path / "kv" / "kvConfig.json"))
+    ns = make_name_server(ns_cfg)
+    await ns.start()
+    ns_addr = f"127.0.0.1:{ns.port}"
+    broker = Broker(BrokerConfig(broker_ip1="127.0.0.1", listen_port=0, namesrv_addr=ns_addr),
+                    StoreConfig(str(tmp_path / "store"), mapped_file_size_commitlog=4 << 20, max_message_size=1 << 20))
+    return ns, ns_addr, broker
+
+
 def test_name_server_answers_while_the_broker_recovers(tmp_path, monkeypatch):
     loading, rebuilding = threading.Event(), threading.Event()
     at: dict[threading.Event, list[float]] = {loading: [], rebuilding: []}
@@ -41,13 +53,7 @@ def test_name_server_answers_while_the_broker_recovers(tmp_path, monkeypatch):
     monkeypatch.setattr(DedupService, "_rebuild", _slow(DedupService._rebuild, rebuilding, at[rebuilding]))
 
     async def go() -> None:
-        ns_cfg, _ = load_namesrv_settings(None, port=0, kv_config_path=str(tmp_path / "kv" / "kvConfig.json"))
-        ns = make_name_server(ns_cfg)
-        await ns.start()
-        ns_addr = f"127.0.0.1:{ns.port}"
-        broker = Broker(BrokerConfig(broker_ip1="127.0.0.1", listen_port=0, namesrv_addr=ns_addr),
-                        StoreConfig(str(tmp_path / "store"), mapped_file_size_commitlog=4 << 20,
-                                    max_message_size=1 << 20))
+        ns, ns_addr, broker = await _name_server_and_broker(tmp_path)
         client = RemotingClient()
         try:
             start = asyncio.get_running_loop().create_task(broker.start())
@@ -96,13 +102,7 @@ def test_broker_status_shows_a_starting_brokers_progress(tmp_path, monkeypatch):
     monkeypatch.setattr(DedupService, "_rebuild", hold)
 
     async def go() -> None:
-        ns_cfg, _ = load_namesrv_settings(None, port=0, kv_config_path=str(tmp_path / "kv" / "kvConfig.json"))
-        ns = make_name_server(ns_cfg)
-        await ns.start()
-        ns_addr = f"127.0.0.1:{ns.port}"
-        broker = Broker(BrokerConfig(broker_ip1="127.0.0.1", listen_port=0, namesrv_addr=ns_addr),
-                        StoreConfig(str(tmp_path / "store"), mapped_file_size_commitlog=4 << 20,
-                                    max_message_size=1 << 20))
+        ns, ns_addr, broker = await _name_server_and_broker(tmp_path)
         try:
             start = asyncio.get_running_loop().create_task(broker.start())
             deadline = time.monotonic() + 20
