@@ -245,8 +245,7 @@ class AdminBase:
 
     # ---- brokers ------------------------------------------------------------------------------------------
     async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
-        resp = await self.request(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
-        return dict(KVTable.from_json(resp.body).table) if resp.body else {}
+        return _kv_body(await self.request(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO))
 
     async def broker_status(self, broker_addr: str) -> tuple[dict[str, str], str | None]:
         """GET_BROKER_RUNTIME_INFO of a running broker as (its runtime info, None); of a starting one as (its start-up
@@ -255,7 +254,7 @@ class AdminBase:
         broker_runtime_info."""
         resp = await self.request(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO,
                                   ok=(ResponseCode.SUCCESS, ResponseCode.SERVICE_NOT_AVAILABLE))
-        table = dict(KVTable.from_json(resp.body).table) if resp.body else {}
+        table = _kv_body(resp)
         if resp.code == ResponseCode.SUCCESS:
             return table, None
         if not table:  # shutting down, or refused without progress: the plain error
@@ -266,3 +265,8 @@ class AdminBase:
         """GET_BROKER_CONFIG: the broker's effective configuration as key -> text."""
         resp = await self.request(broker_addr, RequestCode.GET_BROKER_CONFIG)
         return parse_properties_text((resp.body or b"").decode("utf-8", errors="replace"))
+
+
+def _kv_body(resp: RemotingCommand) -> dict[str, str]:
+    """A KVTable answer body (runtime info, start-up progress) as a dict; {} without a body."""
+    return dict(KVTable.from_json(resp.body).table) if resp.body else {}
